@@ -1,0 +1,23 @@
+"""Small Transformer Zoo: populations of trained small transformers as a dataset, and the weight space view."""
+
+from .architecture import ArchitectureSpec, ParameterInfo, mnist_spec, text_spec
+from .errors import ZooFormatError
+from .hub import DEFAULT_REPO_ID, load_dataset, resolve_zoo
+from .reader import SplitWeights, WeightSpaceDataset, Zoo
+from .splits import assign_split
+from .weight_space import (
+    BlockWeights,
+    TransformerWeights,
+    WeightSpaceBatch,
+    WeightSpaceCollator,
+    pack_state_dict,
+    unpack_params,
+)
+from .writer import ZooWriter
+
+__all__ = [
+    "ArchitectureSpec", "ParameterInfo", "mnist_spec", "text_spec", "ZooFormatError", "DEFAULT_REPO_ID",
+    "load_dataset", "resolve_zoo", "SplitWeights", "WeightSpaceDataset", "Zoo", "assign_split", "BlockWeights",
+    "TransformerWeights", "WeightSpaceBatch", "WeightSpaceCollator", "pack_state_dict", "unpack_params",
+    "ZooWriter",
+]

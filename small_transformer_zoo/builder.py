@@ -1,0 +1,158 @@
+"""The Hugging Face `datasets` builder for zoo configs (a class: `datasets` 5.x runs no loading scripts).
+
+One builder config per zoo config; splits train/validation/test; features are the metadata columns plus
+`params`, a fixed-length float32 list of the packed weights, so `with_format("torch")` yields
+`[batch, n_params]` tensors. The same code reads a local root and, streaming, an `hf://` root: shards are read
+with contiguous range reads, so streaming fetches only the bytes of the rows it yields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasets.builder import Key
+from datasets.download.streaming_download_manager import StreamingDownloadManager
+from datasets.utils.file_utils import xopen
+
+from .architecture import ArchitectureSpec
+from .errors import ZooFormatError
+from .files import sha256_file
+from .manifest import MANIFEST_NAME, load_manifest_text
+from .metadata import COLUMNS, METADATA_SCHEMA
+from .shards import read_header, read_rows
+from .splits import SPLIT_NAMES
+from .verification import is_verified, mark_verified
+
+ROWS_PER_TABLE = 256
+
+
+def zoo_features(spec: ArchitectureSpec) -> datasets.Features:
+    """Metadata columns plus `params: List(float32, length=n_params)`."""
+    features = datasets.Features.from_arrow_schema(METADATA_SCHEMA)
+    features["params"] = datasets.List(datasets.Value("float32"), length=spec.n_params)
+    return features
+
+
+def read_root_manifest(root: str, config: str, download_config: Any = None) -> tuple[dict[str, Any], bytes]:
+    """zoo.json of `<root>/<config>` for a local or remote (`hf://`) root."""
+    url = f"{root.rstrip('/')}/{config}/{MANIFEST_NAME}"
+    try:
+        with xopen(url, "rb", download_config=download_config) as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise ZooFormatError(url, f"unknown config {config!r}: no zoo manifest at this path") from None
+    return load_manifest_text(raw, url), raw
+
+
+@dataclass
+class ZooBuilderConfig(datasets.BuilderConfig):
+    """`splits` limits which splits are prepared (and so downloaded); None means all."""
+
+    splits: tuple[str, ...] | None = None
+    verify: str = "once"
+
+
+class SmallTransformerZoo(datasets.ArrowBasedBuilder):
+    """Builder for one zoo config at `root` (a local folder or `hf://datasets/<repo>@<revision>`)."""
+
+    BUILDER_CONFIG_CLASS = ZooBuilderConfig
+
+    def __init__(self, root: str, config_name: str, *, token: Any = None, **kwargs: Any) -> None:
+        self.zoo_root = str(root).rstrip("/")
+        download_config = datasets.DownloadConfig(token=token)
+        self.manifest, raw = read_root_manifest(self.zoo_root, config_name, download_config)
+        self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
+        splits = kwargs.get("splits")
+        unknown = sorted(set(splits or ()) - set(self.manifest["metadata"]))
+        if unknown:
+            raise ZooFormatError(f"{self.zoo_root}/{config_name}",
+                                 f"unknown split {unknown[0]!r}; this zoo has {list(self.manifest['metadata'])}")
+        super().__init__(config_name=config_name, hash=hashlib.sha256(raw).hexdigest()[:16],
+                         base_path=self.zoo_root, dataset_name="small_transformer_zoo", token=token, **kwargs)
+
+    def _info(self) -> datasets.DatasetInfo:
+        return datasets.DatasetInfo(
+            description=f"Small Transformer Zoo config {self.manifest['config']!r}: one row per checkpoint, "
+                        f"packed weights in 'params' ({self.spec.n_params} float32).",
+            features=zoo_features(self.spec),
+        )
+
+    def _url(self, relpath: str) -> str:
+        return f"{self.zoo_root}/{self.manifest['config']}/{relpath}"
+
+    def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
+        streaming = isinstance(dl_manager, StreamingDownloadManager)
+        wanted = self.config.splits or tuple(s for s in SPLIT_NAMES if s in self.manifest["metadata"])
+        generators = []
+        for split in wanted:
+            shards = [s for s in self.manifest["shards"] if s["split"] == split]
+            metadata_url = self._url(self.manifest["metadata"][split]["path"])
+            shard_urls = [self._url(s["path"]) for s in shards]
+            local = dl_manager.download({"metadata": metadata_url, "shards": shard_urls})
+            if not streaming and self.config.verify != "never":
+                for info, path in zip(shards, local["shards"]):
+                    self._verify_local(path, info)
+            generators.append(datasets.SplitGenerator(name=split, gen_kwargs={
+                "metadata": local["metadata"], "shards": local["shards"], "shard_names": [s["path"] for s in shards],
+                "split_shard_names": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
+        return generators
+
+    def _verify_local(self, path: str, info: dict[str, Any]) -> None:
+        size = os.path.getsize(path)
+        if size != info["bytes"]:
+            raise ZooFormatError(path, f"size is {size} bytes, the manifest says {info['bytes']}")
+        if self.config.verify == "always" or not is_verified(path, info["sha256"]):
+            digest = sha256_file(path)
+            if digest != info["sha256"]:
+                raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {info['sha256']}")
+            mark_verified(path, digest)
+
+    def _generate_tables(self, metadata: str, shards: list[str], shard_names: list[str],
+                         split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
+        with xopen(metadata, "rb", download_config=download_config) as handle:
+            table = pq.read_table(handle)
+        missing = [c for c in COLUMNS if c not in table.column_names]
+        if missing:
+            raise ZooFormatError(metadata, f"metadata lacks columns {missing}")
+        table = table.select(list(COLUMNS)).cast(METADATA_SCHEMA)
+        shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
+        # `shards` may be this worker's part of the split; every name must still be one of the split's shards.
+        unknown = sorted(set(shard_column) - set(split_shard_names))
+        if unknown:
+            raise ZooFormatError(metadata, f"column 'shard' names shards {unknown[:3]} not listed in the manifest")
+        row_column = table.column("row").to_numpy()
+        for shard_index, (url, name) in enumerate(zip(shards, shard_names)):
+            positions = np.nonzero(shard_column == name)[0]
+            if positions.size == 0:
+                continue
+            positions = positions[np.argsort(row_column[positions], kind="stable")]
+            rows = row_column[positions]
+            with xopen(url, "rb", download_config=download_config) as handle:
+                header = read_header(handle, url)
+                if rows[0] < 0 or rows[-1] >= header.rows:
+                    bad = int(positions[(rows < 0) | (rows >= header.rows)][0])
+                    raise ZooFormatError(metadata, f"checkpoint {table.column('checkpoint_id')[bad].as_py()!r} "
+                                                   f"points to row {row_column[bad]} of {name}, which has "
+                                                   f"{header.rows} rows")
+                for batch_index, start in enumerate(range(0, positions.size, ROWS_PER_TABLE)):
+                    batch_positions = positions[start : start + ROWS_PER_TABLE]
+                    batch_rows = rows[start : start + ROWS_PER_TABLE]
+                    first, last = int(batch_rows[0]), int(batch_rows[-1]) + 1
+                    block = read_rows(handle, header, first, last)[batch_rows - first]
+                    params = pa.FixedSizeListArray.from_arrays(pa.array(block.reshape(-1)), header.n_params)
+                    yield Key(shard_index, batch_index), table.take(batch_positions).append_column("params", params)
+
+
+def builder_for(root: str, config: str, *, splits: tuple[str, ...] | None = None, verify: str = "once",
+                cache_dir: str | None = None, token: Any = None) -> SmallTransformerZoo:
+    """A builder for `<root>/<config>`, limited to `splits`."""
+    return SmallTransformerZoo(root, config, splits=splits, verify=verify, cache_dir=cache_dir, token=token)
+

@@ -1,0 +1,14 @@
+"""The one error type for a zoo that is missing, damaged or asked for something it does not have."""
+
+from __future__ import annotations
+
+import os
+
+
+class ZooFormatError(ValueError):
+    """A zoo file is missing, damaged or inconsistent; the message names the file and what is wrong."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, problem: str) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path else problem)

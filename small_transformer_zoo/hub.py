@@ -1,0 +1,129 @@
+"""`load_dataset`: one entry point for a local root, a Hub repo id, or the short name `small-transformer-zoo`.
+
+The short name means: a zoo built on this machine under that config (found offline through the local registry),
+otherwise the default Hub repo (`$STZ_REPO_ID` overrides it). From the Hub, only the files of the asked config
+and split are downloaded, and a second call works offline from the Hugging Face cache.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import datasets
+from huggingface_hub import HfApi, snapshot_download
+
+from .builder import builder_for
+from .errors import ZooFormatError
+from .manifest import MANIFEST_NAME
+from .registry import find_local_zoo
+from .root_card import list_configs
+from .splits import SPLIT_NAMES
+
+SHORT_NAME = "small-transformer-zoo"
+DEFAULT_REPO_ID = "small-transformer-zoo/small-transformer-zoo"
+REPO_ENV = "STZ_REPO_ID"
+
+
+@dataclass(frozen=True)
+class ZooLocation:
+    """Where a zoo config lives: a local root folder, or a Hub dataset repo at a revision."""
+
+    kind: Literal["local", "hub"]
+    root: str
+    config: str
+    repo_id: str | None = None
+    revision: str | None = None
+
+
+def default_repo_id() -> str:
+    return os.environ.get(REPO_ENV) or DEFAULT_REPO_ID
+
+
+def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,
+                revision: str | None = None) -> ZooLocation:
+    """Say where `name_or_path`/`config` is, without downloading anything."""
+    text = os.fspath(name_or_path)
+    if os.path.isdir(text):
+        root = Path(text)
+        if (root / MANIFEST_NAME).is_file():
+            return ZooLocation("local", str(root.parent), root.name)
+        configs = list_configs(root)
+        if config is None:
+            if len(configs) != 1:
+                raise ZooFormatError(root, f"holds configs {configs}; pass config=" if configs else "holds no zoo")
+            config = configs[0]
+        if config not in configs:
+            raise ZooFormatError(root, f"unknown config {config!r}; configs here: {configs}")
+        return ZooLocation("local", str(root), config)
+    if config is None:
+        raise ValueError(f"{text!r}: name a config, e.g. load_dataset({text!r}, 'mnist')")
+    if text == SHORT_NAME:
+        local = find_local_zoo(config)
+        if local is not None and revision is None:
+            return ZooLocation("local", str(local), config)
+        text = default_repo_id()
+    if text.count("/") != 1 or text.startswith(("/", ".")) or text.endswith("/"):
+        raise ZooFormatError(text, "neither a local folder nor a Hub repo id of the form 'owner/name'")
+    return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
+
+
+def _check_split(split: str | None) -> tuple[str, ...] | None:
+    if split is None:
+        return None
+    if split not in SPLIT_NAMES:
+        raise ZooFormatError(None, f"unknown split {split!r}; zoo splits are {list(SPLIT_NAMES)}")
+    return (split,)
+
+
+def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, token: Any = None) -> Path:
+    """Fetch only the files one config and its splits need; reuse the cache offline. Returns the local root."""
+    config, wanted = location.config, splits or SPLIT_NAMES
+    patterns = [f"{config}/{MANIFEST_NAME}", f"{config}/extras/*"]
+    patterns += [f"{config}/metadata/{s}.parquet" for s in wanted]
+    patterns += [f"{config}/weights/{s}-*.safetensors" for s in wanted]
+    local = Path(snapshot_download(location.repo_id, repo_type="dataset", revision=location.revision,
+                                   allow_patterns=patterns, token=token))
+    if not (local / config / MANIFEST_NAME).is_file():
+        raise ZooFormatError(f"{location.repo_id}@{location.revision or 'main'}",
+                             f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
+    return local
+
+
+def streaming_root(location: ZooLocation, token: Any = None) -> str:
+    """`hf://` root pinned to the commit the revision points at now, so one stream never mixes two commits."""
+    sha = HfApi().dataset_info(location.repo_id, revision=location.revision, token=token).sha
+    return f"hf://datasets/{location.repo_id}@{quote(sha or location.revision or 'main', safe='')}"
+
+
+def load_dataset(
+    name_or_path: str | os.PathLike[str],
+    config: str | None = None,
+    split: str | None = None,
+    streaming: bool = False,
+    revision: str | None = None,
+    *,
+    cache_dir: str | None = None,
+    token: Any = None,
+    verify: Literal["once", "always", "never"] = "once",
+) -> datasets.Dataset | datasets.DatasetDict | datasets.IterableDataset | datasets.IterableDatasetDict:
+    """Load a zoo config as a `datasets` object: one row per checkpoint, packed weights in `params`.
+
+    `name_or_path`: a local zoo root (or config folder), a Hub repo id, or `"small-transformer-zoo"`.
+    `split=None` gives all splits as a DatasetDict. `streaming=True` reads rows lazily (local or Hub).
+    `verify`: sha256 checks of weight shards before use ("once" per file per machine, "always", "never").
+    """
+    splits = _check_split(split)
+    location = resolve_zoo(name_or_path, config, revision)
+    if location.kind == "hub":
+        root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
+    else:
+        root = location.root
+    builder = builder_for(root, location.config, splits=splits, verify=verify, cache_dir=cache_dir, token=token)
+    if streaming:
+        return builder.as_streaming_dataset(split=split)
+    builder.download_and_prepare()
+    return builder.as_dataset(split=split)

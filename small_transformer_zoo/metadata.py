@@ -1,0 +1,93 @@
+"""The metadata table: one row per checkpoint, the same columns in every zoo and split.
+
+Columns that a zoo cannot know (an imported original release has no validation accuracy) are null, never absent,
+so every split of every zoo has one schema and plain `datasets.load_dataset("parquet", ...)` reads them all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import ZooFormatError
+
+HYPERPARAMETERS = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction")
+METRICS = ("train_accuracy", "validation_accuracy", "test_accuracy", "train_loss", "validation_loss", "test_loss")
+
+METADATA_SCHEMA = pa.schema(
+    [
+        pa.field("checkpoint_id", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("epoch", pa.int32(), nullable=False),
+        pa.field("is_best", pa.bool_(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("optimizer", pa.string()),
+        pa.field("learning_rate", pa.float64()),
+        pa.field("dropout", pa.float64()),
+        pa.field("w_init_std", pa.float64()),
+        pa.field("l2", pa.float64()),
+        pa.field("train_fraction", pa.float64()),
+        pa.field("seed", pa.int64()),
+        *[pa.field(name, pa.float64()) for name in METRICS],
+        pa.field("diverged", pa.bool_(), nullable=False),
+        pa.field("shard", pa.string(), nullable=False),
+        pa.field("row", pa.int64(), nullable=False),
+    ]
+)
+COLUMNS = tuple(METADATA_SCHEMA.names)
+# What a caller of ZooWriter.add must give; the writer fills checkpoint_id, split, shard and row itself.
+REQUIRED_INPUT = ("run_id", "epoch", "test_accuracy")
+WRITER_OWNED = ("split", "shard", "row")
+
+
+def checkpoint_id_for(run_id: str, epoch: int, is_best: bool) -> str:
+    """Stable id of a checkpoint: `<run_id>-best` for the best epoch, `<run_id>-e<epoch>` otherwise."""
+    return f"{run_id}-best" if is_best else f"{run_id}-e{int(epoch):03d}"
+
+
+def normalise_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check one caller-supplied metadata row and fill defaults; `where` names it in errors."""
+    unknown = sorted(set(row) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"{where}: unknown metadata fields {unknown}; known fields are {list(COLUMNS)}")
+    owned = sorted(set(row) & set(WRITER_OWNED))
+    if owned:
+        raise ValueError(f"{where}: fields {owned} are set by the writer, not the caller")
+    missing = [name for name in REQUIRED_INPUT if row.get(name) is None]
+    if missing:
+        raise ValueError(f"{where}: missing required metadata fields {missing}")
+    out = {name: row.get(name) for name in COLUMNS}
+    out["run_id"] = str(row["run_id"])
+    out["epoch"] = int(row["epoch"])
+    out["is_best"] = bool(row.get("is_best", False))
+    out["diverged"] = bool(row.get("diverged", False))
+    out["checkpoint_id"] = str(row.get("checkpoint_id") or checkpoint_id_for(out["run_id"], out["epoch"], out["is_best"]))
+    accuracy = float(row["test_accuracy"])
+    if not out["diverged"] and not (math.isfinite(accuracy) and 0.0 <= accuracy <= 1.0):
+        raise ValueError(f"{where}: test_accuracy must be a fraction in [0, 1], got {row['test_accuracy']!r}")
+    return out
+
+
+def build_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows (already normalised and placed) to an Arrow table in the canonical schema."""
+    return pa.Table.from_pylist(rows, schema=METADATA_SCHEMA)
+
+
+def read_metadata(path: str | os.PathLike[str]) -> pa.Table:
+    """Read one split's metadata Parquet and check that its columns are the canonical ones."""
+    path = os.fspath(path)
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError:
+        raise ZooFormatError(path, "metadata file is missing") from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ZooFormatError(path, f"not a readable Parquet file ({exc})") from None
+    missing = [name for name in COLUMNS if name not in table.column_names]
+    if missing:
+        raise ZooFormatError(path, f"metadata lacks columns {missing}")
+    return table.select(list(COLUMNS)).cast(METADATA_SCHEMA)

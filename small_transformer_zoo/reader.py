@@ -1,0 +1,281 @@
+"""Reading a local zoo: manifest, metadata, memory-mapped weights (the fast path), selections and verification."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from safetensors.numpy import load_file as safetensors_load_file
+
+from .architecture import ArchitectureSpec
+from .errors import ZooFormatError
+from .files import sha256_file
+from .manifest import MANIFEST_NAME, load_manifest
+from .metadata import read_metadata
+from .root_card import list_configs
+from .shards import ShardHeader, memmap_shard, open_header
+from .verification import is_verified, mark_verified
+from .weight_space import TransformerWeights
+
+Verify = Literal["once", "always", "never"]
+
+
+@dataclass
+class SplitWeights:
+    """A split's weights as memory-mapped shard matrices plus its metadata; nothing is copied until used."""
+
+    spec: ArchitectureSpec
+    shards: list[torch.Tensor]
+    metadata: pa.Table
+    global_rows: np.ndarray
+
+    def __len__(self) -> int:
+        return self.metadata.num_rows
+
+    def rows(self, indices: Iterable[int] | np.ndarray) -> torch.Tensor:
+        """Packed weights of the given metadata rows, [len(indices), n_params] (a copy)."""
+        wanted = self.global_rows[np.asarray(indices, dtype=np.int64)]
+        if len(self.shards) == 1:
+            return self.shards[0][torch.from_numpy(wanted)]
+        bounds = np.cumsum([0] + [s.shape[0] for s in self.shards])
+        out = torch.empty(len(wanted), self.spec.n_params)
+        which = np.searchsorted(bounds, wanted, side="right") - 1
+        for shard_index in np.unique(which):
+            mask = which == shard_index
+            local = torch.from_numpy(wanted[mask] - bounds[shard_index])
+            out[torch.from_numpy(np.nonzero(mask)[0])] = self.shards[shard_index][local]
+        return out
+
+    def to_tensor(self) -> torch.Tensor:
+        """All packed weights of the split in metadata order, one [rows, n_params] tensor."""
+        if np.array_equal(self.global_rows, np.arange(sum(s.shape[0] for s in self.shards))):
+            return self.shards[0].clone() if len(self.shards) == 1 else torch.cat(self.shards)
+        return self.rows(np.arange(len(self)))
+
+    def labels(self, column: str = "test_accuracy") -> torch.Tensor:
+        return torch.from_numpy(self.metadata.column(column).to_numpy(zero_copy_only=False).astype(np.float32))
+
+
+class WeightSpaceDataset(torch.utils.data.Dataset):
+    """A map-style torch dataset over a split's memory-mapped rows; pair with `WeightSpaceCollator`."""
+
+    def __init__(self, weights: SplitWeights, label: str = "test_accuracy") -> None:
+        self.weights, self.label = weights, label
+        self._labels = weights.labels(label)
+        self._ids = weights.metadata.column("checkpoint_id").to_pylist()
+        self._bounds = np.cumsum([0] + [s.shape[0] for s in weights.shards])
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        row = int(self.weights.global_rows[index])
+        shard = int(np.searchsorted(self._bounds, row, side="right") - 1)
+        return {"params": self.weights.shards[shard][row - self._bounds[shard]],
+                self.label: self._labels[index], "checkpoint_id": self._ids[index]}
+
+
+class Zoo:
+    """One zoo config on local disk (`<root>/<config>/`)."""
+
+    def __init__(self, config_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(config_dir)
+        self.manifest = load_manifest(self.dir)
+        self.config: str = self.manifest["config"]
+        self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
+        self._shard_info = {s["path"]: s for s in self.manifest["shards"]}
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], config: str | None = None) -> "Zoo":
+        """Open `<root>/<config>`; with one config under the root, `config` may be omitted."""
+        root = Path(root)
+        if config is None:
+            if (root / MANIFEST_NAME).is_file():
+                return cls(root)
+            configs = list_configs(root)
+            if len(configs) != 1:
+                raise ZooFormatError(root, f"holds configs {configs}; name one" if configs else "holds no zoo config")
+            config = configs[0]
+        if not (root / config / MANIFEST_NAME).is_file():
+            raise ZooFormatError(root, f"unknown config {config!r}; configs here: {list_configs(root)}")
+        return cls(root / config)
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest["metadata"])
+
+    def _check_split(self, split: str) -> None:
+        if split not in self.manifest["metadata"]:
+            raise ZooFormatError(self.dir, f"unknown split {split!r}; this zoo has {self.splits}")
+
+    def metadata(self, split: str) -> pa.Table:
+        """The split's metadata, with every (shard, row) reference checked against the manifest."""
+        self._check_split(split)
+        info = self.manifest["metadata"][split]
+        path = self.dir / info["path"]
+        table = read_metadata(path)
+        if table.num_rows != info["rows"]:
+            raise ZooFormatError(path, f"has {table.num_rows} rows, the manifest says {info['rows']}")
+        self._check_references(table, path, split)
+        return table
+
+    def _check_references(self, table: pa.Table, path: Path, split: str) -> None:
+        shards = table.column("shard").to_pylist()
+        rows = table.column("row").to_numpy()
+        limits = {name: info["rows"] for name, info in self._shard_info.items() if info["split"] == split}
+        unknown = sorted(set(shards) - set(limits))
+        if unknown:
+            raise ZooFormatError(path, f"column 'shard' names shards {unknown[:3]} that the manifest does not list "
+                                       f"for split {split!r}")
+        limit = np.array([limits[s] for s in shards], dtype=np.int64)
+        bad = np.nonzero((rows < 0) | (rows >= limit))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise ZooFormatError(path, f"{bad.size} rows point past their shard's end, first: checkpoint "
+                                       f"{table.column('checkpoint_id')[i].as_py()!r} -> {shards[i]} row {rows[i]} "
+                                       f"(shard has {limit[i]} rows)")
+
+    def shard_paths(self, split: str) -> list[str]:
+        self._check_split(split)
+        return [s["path"] for s in self.manifest["shards"] if s["split"] == split]
+
+    def _open_shard(self, relpath: str, verify: Verify) -> ShardHeader:
+        info, path = self._shard_info[relpath], self.dir / relpath
+        if not path.is_file():
+            raise ZooFormatError(path, "weight shard is missing")
+        size = path.stat().st_size
+        if size != info["bytes"]:
+            raise ZooFormatError(path, f"size is {size} bytes, the manifest says {info['bytes']} "
+                                       f"({'truncated' if size < info['bytes'] else 'extra bytes'})")
+        header = open_header(path)
+        if header.rows != info["rows"] or header.n_params != self.spec.n_params:
+            raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
+                                       f"[{info['rows']}, {self.spec.n_params}]")
+        if verify == "always" or (verify == "once" and not is_verified(path, info["sha256"])):
+            digest = sha256_file(path)
+            if digest != info["sha256"]:
+                raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {info['sha256']}: "
+                                           f"the shard was altered or damaged")
+            mark_verified(path, digest)
+        return header
+
+    def split_weights(self, split: str, verify: Verify = "once") -> SplitWeights:
+        """The fast path: the split's shards memory-mapped, rows in metadata order.
+
+        `verify="once"` checks each shard's sha256 the first time this machine reads it (and again if the file
+        changes); "always" checks every time; "never" checks size and header only.
+        """
+        table = self.metadata(split)
+        tensors, offsets, total = [], {}, 0
+        for relpath in self.shard_paths(split):
+            header = self._open_shard(relpath, verify)
+            tensors.append(memmap_shard(self.dir / relpath, header))
+            offsets[relpath] = total
+            total += header.rows
+        base = np.array([offsets[s] for s in table.column("shard").to_pylist()], dtype=np.int64)
+        return SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy())
+
+    def select(self, split: str, *, min_accuracy: float | None = None, max_accuracy: float | None = None,
+               epochs: Iterable[int] | None = None, best_only: bool = False,
+               include_diverged: bool = False) -> np.ndarray:
+        """Indices of the split's metadata rows that pass the filters (test accuracy range, epochs, best)."""
+        table = self.metadata(split)
+        mask = pa.array(np.ones(table.num_rows, dtype=bool))
+        accuracy = table.column("test_accuracy")
+        if min_accuracy is not None:
+            mask = pc.and_(mask, pc.fill_null(pc.greater_equal(accuracy, min_accuracy), False))
+        if max_accuracy is not None:
+            mask = pc.and_(mask, pc.fill_null(pc.less_equal(accuracy, max_accuracy), False))
+        if epochs is not None:
+            mask = pc.and_(mask, pc.is_in(table.column("epoch"), pa.array(list(epochs), pa.int32())))
+        if best_only:
+            mask = pc.and_(mask, table.column("is_best"))
+        if not include_diverged:
+            mask = pc.and_(mask, pc.invert(table.column("diverged")))
+        return np.nonzero(mask.to_numpy(zero_copy_only=False))[0]
+
+    def weight_space(self, split: str, **filters: Any) -> tuple[TransformerWeights, pa.Table]:
+        """The selected checkpoints of a split in NFN layout, with their metadata rows."""
+        weights = self.split_weights(split)
+        indices = self.select(split, **filters)
+        return TransformerWeights.from_params(weights.rows(indices), self.spec), weights.metadata.take(indices)
+
+    def extras(self) -> dict[str, dict[str, np.ndarray]]:
+        """Frozen shared tensors (the text embedding table), checked against the manifest's sha256."""
+        out = {}
+        for info in self.manifest.get("extras", []):
+            path = self.dir / info["path"]
+            if not path.is_file():
+                raise ZooFormatError(path, "extra file is missing")
+            if sha256_file(path) != info["sha256"]:
+                raise ZooFormatError(path, "sha256 differs from the manifest: the file was altered or damaged")
+            out[Path(info["path"]).stem] = safetensors_load_file(str(path))
+        return out
+
+    def verify(self, progress: Callable[[str], None] | None = None) -> list[str]:
+        """Check every file's size and sha256 and every metadata reference; return the problems found."""
+        problems = []
+        for split in self.splits:
+            try:
+                table = self.metadata(split)
+            except ZooFormatError as exc:
+                problems.append(str(exc))
+                continue
+            info = self.manifest["metadata"][split]
+            digest = sha256_file(self.dir / info["path"])
+            if digest != info["sha256"]:
+                problems.append(f"{self.dir / info['path']}: sha256 differs from the manifest")
+            ids = table.column("checkpoint_id")
+            if pc.count_distinct(ids).as_py() != table.num_rows:
+                problems.append(f"{self.dir / info['path']}: duplicate checkpoint_id values")
+        for shard in self.manifest["shards"]:
+            if progress:
+                progress(shard["path"])
+            try:
+                self._open_shard(shard["path"], "always")
+            except ZooFormatError as exc:
+                problems.append(str(exc))
+        try:
+            self.extras()
+        except ZooFormatError as exc:
+            problems.append(str(exc))
+        problems += self._check_runs_in_one_split()
+        return problems
+
+    def _check_runs_in_one_split(self) -> list[str]:
+        seen: dict[str, str] = {}
+        problems = []
+        for split in self.splits:
+            try:
+                runs = set(self.metadata(split).column("run_id").to_pylist())
+            except ZooFormatError:
+                continue
+            for run in sorted(runs & set(seen))[:3]:
+                problems.append(f"run {run!r} occurs in splits {seen[run]!r} and {split!r}")
+            seen.update(dict.fromkeys(runs, split))
+        return problems
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per split and an accuracy summary, for `stz info`."""
+        out: dict[str, Any] = {"config": self.config, "path": str(self.dir), "task": self.manifest.get("task"),
+                               "n_params": self.spec.n_params, "runs": self.manifest["counts"].get("runs"),
+                               "checkpoints": self.manifest["counts"].get("checkpoints"), "splits": {}}
+        for split in self.splits:
+            table = self.metadata(split)
+            acc = table.column("test_accuracy").to_numpy(zero_copy_only=False).astype(float)
+            acc = acc[np.isfinite(acc)]
+            out["splits"][split] = {
+                "checkpoints": table.num_rows,
+                "runs": len(set(table.column("run_id").to_pylist())),
+                "diverged": int(pc.sum(table.column("diverged")).as_py() or 0),
+                "test_accuracy": {k: float(f(acc)) if acc.size else None for k, f in
+                                  (("min", np.min), ("median", np.median), ("mean", np.mean), ("max", np.max))},
+            }
+        return out

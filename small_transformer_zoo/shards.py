@@ -1,0 +1,112 @@
+"""Packed weight shards: one safetensors file holding `params: float32 [rows, n_params]`.
+
+Why packed rather than one stacked tensor per parameter name: a checkpoint is then one contiguous byte range,
+so a single HTTP range request fetches it from the Hub, and a whole split is one memory-mapped matrix per shard
+(see `benchmarks/bench_shard_layout.py` and FORMAT in README.md for the measurement). Names, shapes and offsets
+live in the safetensors `__metadata__` (and in zoo.json), so a shard still describes itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+import torch
+from safetensors.numpy import save as safetensors_save
+
+from .architecture import ParameterInfo
+from .errors import ZooFormatError
+
+TENSOR_NAME = "params"
+MAX_HEADER_BYTES = 100 << 20
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    """Where the packed matrix lies in a shard file."""
+
+    rows: int
+    n_params: int
+    data_start: int
+    data_end: int
+    metadata: dict[str, str]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.n_params * 4
+
+
+def encode_shard(params: np.ndarray, layout: list[ParameterInfo], config: str) -> bytes:
+    """The bytes of a shard file for a [rows, n_params] float32 matrix."""
+    if params.ndim != 2 or params.dtype != np.float32:
+        raise ValueError(f"shard matrix must be float32 [rows, n_params], got {params.dtype} {params.shape}")
+    metadata = {
+        "format": "small-transformer-zoo",
+        "config": config,
+        "layout": json.dumps([p.to_dict() for p in layout], separators=(",", ":")),
+    }
+    return safetensors_save({TENSOR_NAME: np.ascontiguousarray(params)}, metadata=metadata)
+
+
+def read_header(handle: BinaryIO, path: str, file_size: int | None = None) -> ShardHeader:
+    """Parse and check a shard's safetensors header; `file_size`, when known, catches truncation."""
+    prefix = handle.read(8)
+    if len(prefix) != 8:
+        raise ZooFormatError(path, f"not a safetensors shard: file has {len(prefix)} bytes, header needs 8")
+    (header_len,) = struct.unpack("<Q", prefix)
+    if header_len > MAX_HEADER_BYTES:
+        raise ZooFormatError(path, f"not a safetensors shard: header length {header_len} is implausible")
+    raw = handle.read(header_len)
+    try:
+        header = json.loads(raw)
+        entry = header[TENSOR_NAME]
+        dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ZooFormatError(path, f"bad safetensors header ({type(exc).__name__}: {exc})") from None
+    if dtype != "F32" or len(shape) != 2:
+        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' must be F32 [rows, n_params], got {dtype} {shape}")
+    rows, n_params = int(shape[0]), int(shape[1])
+    start, stop = 8 + header_len + begin, 8 + header_len + end
+    if end - begin != rows * n_params * 4:
+        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' spans {end - begin} bytes, shape {shape} needs "
+                                   f"{rows * n_params * 4}")
+    if file_size is not None and file_size < stop:
+        raise ZooFormatError(path, f"truncated: {file_size} bytes on disk, header says data ends at byte {stop}")
+    return ShardHeader(rows, n_params, start, stop, dict(header.get("__metadata__") or {}))
+
+
+def open_header(path: str | os.PathLike[str]) -> ShardHeader:
+    """Header of a local shard file, checked against the file's size."""
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            return read_header(handle, path, size)
+    except FileNotFoundError:
+        raise ZooFormatError(path, "weight shard is missing") from None
+
+
+def memmap_shard(path: str | os.PathLike[str], header: ShardHeader) -> torch.Tensor:
+    """The shard's matrix as a memory-mapped torch tensor: no bytes are read until used.
+
+    Copy-on-write mapping: writing to the tensor never touches the file.
+    """
+    if header.rows == 0:
+        return torch.empty(0, header.n_params)
+    array = np.memmap(path, dtype=np.float32, mode="c", offset=header.data_start, shape=(header.rows, header.n_params))
+    return torch.from_numpy(array)
+
+
+def read_rows(handle: BinaryIO, header: ShardHeader, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of a shard from any seekable file (local or remote) with one contiguous read."""
+    handle.seek(header.data_start + start * header.row_bytes)
+    want = (stop - start) * header.row_bytes
+    data = handle.read(want)
+    if len(data) != want:
+        raise ZooFormatError(getattr(handle, "path", None) or getattr(handle, "name", None),
+                             f"truncated: rows {start}..{stop} need {want} bytes, got {len(data)}")
+    return np.frombuffer(data, dtype=np.float32).reshape(stop - start, header.n_params)

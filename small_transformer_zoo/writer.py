@@ -1,0 +1,206 @@
+"""ZooWriter: append checkpoints, get whole safetensors shards, metadata Parquet per split and zoo.json.
+
+Every file is written under a temporary name and renamed into place, and zoo.json is written last: a folder
+whose manifest exists is a complete zoo, and a killed writer never leaves a half-written file under a final name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from safetensors.numpy import save as safetensors_save
+
+from .architecture import ArchitectureSpec
+from .files import atomic_write_bytes, atomic_write_json, sha256_bytes
+from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance
+from .metadata import build_table, normalise_row
+from .registry import register_local_zoo
+from .root_card import write_root_card
+from .shards import encode_shard
+from .splits import DEFAULT_FRACTIONS, SPLIT_NAMES, assign_split, check_fractions
+from .weight_space import pack_state_dict
+
+DEFAULT_SHARD_SIZE = 2048
+DEFAULT_SPLIT_SALT = "stz-v1"
+
+
+class ZooWriter:
+    """Write one zoo config (`<root>/<config>/`); use as a context manager or call `close()`.
+
+    Rows go to the split of their run (`assign_split`); each split's rows fill shards of `shard_size`
+    checkpoints named `weights/<split>-<index>.safetensors`, so one split is a short list of whole files.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        config: str,
+        spec: ArchitectureSpec,
+        *,
+        task: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        grid: Mapping[str, Any] | None = None,
+        checkpoint_epochs: list[Any] | None = None,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
+        split_salt: str = DEFAULT_SPLIT_SALT,
+        overwrite: bool = False,
+        register: bool = True,
+    ) -> None:
+        if not config or "/" in config or config.startswith("."):
+            raise ValueError(f"config name {config!r} must be a plain folder name")
+        if shard_size < 1:
+            raise ValueError(f"shard_size must be positive, got {shard_size}")
+        self.root, self.config, self.spec = Path(root), config, spec
+        self.dir = self.root / config
+        if (self.dir / MANIFEST_NAME).exists():
+            if not overwrite:
+                raise FileExistsError(f"{self.dir / MANIFEST_NAME}: a zoo already exists here; "
+                                      f"pass overwrite=True (--overwrite) to replace it")
+        self.overwrite = overwrite
+        self.fractions, self.split_salt = check_fractions(fractions), split_salt
+        self.shard_size, self.register = shard_size, register
+        self.task, self.grid, self.checkpoint_epochs = dict(task or {}), grid, checkpoint_epochs
+        self.provenance = {**base_provenance(), **dict(provenance or {})}
+        self._layout = spec.parameters()
+        self._buffers: dict[str, list[np.ndarray]] = {s: [] for s in SPLIT_NAMES}
+        self._pending_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
+        self._rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
+        self._shards: list[dict[str, Any]] = []
+        self._extras: dict[str, dict[str, np.ndarray]] = {}
+        self._ids: set[str] = set()
+        self._closed = False
+        self._staging = self.dir / ".staging" if overwrite else self.dir
+        if overwrite and self._staging.exists():
+            shutil.rmtree(self._staging)
+
+    def __enter__(self) -> "ZooWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.close()
+
+    def add(self, weights: Mapping[str, Any] | np.ndarray | torch.Tensor, metadata: Mapping[str, Any]) -> str:
+        """Append one checkpoint (a state_dict or a packed row) with its metadata; returns its checkpoint_id."""
+        if self._closed:
+            raise RuntimeError("ZooWriter is closed")
+        where = f"checkpoint {metadata.get('checkpoint_id') or metadata.get('run_id')!r}"
+        row = normalise_row(metadata, where)
+        if row["checkpoint_id"] in self._ids:
+            raise ValueError(f"{where}: checkpoint_id {row['checkpoint_id']!r} was already added")
+        if isinstance(weights, Mapping):
+            packed = pack_state_dict(weights, self.spec, where)
+        else:
+            packed = np.asarray(weights.detach().cpu() if isinstance(weights, torch.Tensor) else weights,
+                                 dtype=np.float32).reshape(-1)
+            if packed.shape[0] != self.spec.n_params:
+                raise ValueError(f"{where}: packed row has {packed.shape[0]} values, the architecture has "
+                                 f"{self.spec.n_params}")
+        if not row["diverged"] and not np.isfinite(packed).all():
+            raise ValueError(f"{where}: weights contain NaN or inf; mark the checkpoint diverged=True to keep it")
+        split = assign_split(row["run_id"], self.fractions, self.split_salt)
+        row["split"] = split
+        self._ids.add(row["checkpoint_id"])
+        self._buffers[split].append(packed)
+        self._pending_rows[split].append(row)
+        if len(self._buffers[split]) >= self.shard_size:
+            self._flush(split)
+        return row["checkpoint_id"]
+
+    def add_extra(self, name: str, tensors: Mapping[str, Any]) -> None:
+        """A frozen part shared by every checkpoint (the text embedding table), stored once in `extras/`."""
+        self._extras[name] = {k: np.ascontiguousarray(np.asarray(v)) for k, v in tensors.items()}
+
+    def _flush(self, split: str) -> None:
+        buffer = self._buffers[split]
+        if not buffer:
+            return
+        index = sum(1 for s in self._shards if s["split"] == split)
+        relpath = f"weights/{split}-{index:05d}.safetensors"
+        data = encode_shard(np.stack(buffer), self._layout, self.config)
+        atomic_write_bytes(self._staging / relpath, data)
+        self._shards.append({"path": relpath, "split": split, "rows": len(buffer), "bytes": len(data),
+                             "sha256": sha256_bytes(data)})
+        for i, row in enumerate(self._pending_rows[split]):
+            row["shard"], row["row"] = relpath, i
+        self._rows[split].extend(self._pending_rows[split])
+        self._buffers[split], self._pending_rows[split] = [], []
+
+    def close(self) -> dict[str, Any]:
+        """Flush the last shards, write metadata, extras and finally zoo.json; returns the manifest."""
+        if self._closed:
+            raise RuntimeError("ZooWriter is already closed")
+        for split in SPLIT_NAMES:
+            self._flush(split)
+        metadata_files = {}
+        for split in SPLIT_NAMES:
+            relpath = f"metadata/{split}.parquet"
+            sink = _parquet_bytes(build_table(self._rows[split]))
+            atomic_write_bytes(self._staging / relpath, sink)
+            metadata_files[split] = {"path": relpath, "rows": len(self._rows[split]), "bytes": len(sink),
+                                     "sha256": sha256_bytes(sink)}
+        extras = []
+        for name, tensors in sorted(self._extras.items()):
+            relpath = f"extras/{name}.safetensors"
+            data = safetensors_save(tensors)
+            atomic_write_bytes(self._staging / relpath, data)
+            extras.append({"path": relpath, "bytes": len(data), "sha256": sha256_bytes(data),
+                           "tensors": {k: list(v.shape) for k, v in tensors.items()}})
+        all_rows = [row for split in SPLIT_NAMES for row in self._rows[split]]
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "config": self.config,
+            "task": self.task,
+            "architecture": self.spec.to_dict(),
+            "n_params": self.spec.n_params,
+            "dtype": "float32",
+            "layout": "packed",
+            "parameters": [p.to_dict() for p in self._layout],
+            "provenance": self.provenance,
+            "grid": self.grid,
+            "checkpoint_epochs": self.checkpoint_epochs,
+            "splits": {"by": "run_id", "fractions": self.fractions, "salt": self.split_salt},
+            "counts": {"checkpoints": len(all_rows), "runs": len({r["run_id"] for r in all_rows}),
+                       **{split: len(self._rows[split]) for split in SPLIT_NAMES}},
+            "metadata": metadata_files,
+            "shards": self._shards,
+            "extras": extras,
+        }
+        atomic_write_json(self._staging / MANIFEST_NAME, manifest)
+        if self._staging != self.dir:
+            _replace_config_dir(self._staging, self.dir)
+        self._closed = True
+        write_root_card(self.root)
+        if self.register:
+            register_local_zoo(self.config, self.root)
+        return manifest
+
+
+def _parquet_bytes(table: Any) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _replace_config_dir(staging: Path, target: Path) -> None:
+    """Swap a finished staged zoo in for the old one; the old manifest goes first, so no mix is ever complete."""
+    (target / MANIFEST_NAME).unlink(missing_ok=True)
+    for child in target.iterdir():
+        if child != staging:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    for child in staging.iterdir():
+        if child.name != MANIFEST_NAME:
+            os.replace(child, target / child.name)
+    os.replace(staging / MANIFEST_NAME, target / MANIFEST_NAME)
+    staging.rmdir()
