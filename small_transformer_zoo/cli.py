@@ -1,0 +1,130 @@
+"""`stz`: the one console command. Thin over the library; `builders` and `nfn_baselines` add their subcommands
+through the `stz.commands` entry point group, so this package never imports them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .architecture import mnist_spec, text_spec
+from .errors import ZooFormatError
+from .reader import Zoo
+from .root_card import list_configs
+
+
+def _zoos(root: str, config: str | None) -> list[Zoo]:
+    if config or (Path(root) / "zoo.json").is_file():
+        return [Zoo.open(root, config)]
+    configs = list_configs(root)
+    if not configs:
+        raise ZooFormatError(root, "holds no zoo config (no <config>/zoo.json)")
+    return [Zoo.open(root, c) for c in configs]
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"config {summary['config']}  ({summary['path']})",
+             f"  task: {json.dumps(summary['task'])}",
+             f"  parameters per checkpoint: {summary['n_params']:,}; runs: {summary['runs']:,}; "
+             f"checkpoints: {summary['checkpoints']:,}",
+             f"  {'split':<11}{'ckpts':>8}{'runs':>7}{'diverged':>9}   test accuracy min / median / mean / max"]
+    for split, s in summary["splits"].items():
+        acc = s["test_accuracy"]
+        stats = " / ".join("-" if acc[k] is None else f"{acc[k]:.3f}" for k in ("min", "median", "mean", "max"))
+        lines.append(f"  {split:<11}{s['checkpoints']:>8,}{s['runs']:>7,}{s['diverged']:>9,}   {stats}")
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    for zoo in _zoos(args.root, args.config):
+        print(json.dumps(zoo.summary(), indent=2) if args.json else format_summary(zoo.summary()))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    failed = False
+    for zoo in _zoos(args.root, args.config):
+        bar = tqdm(total=len(zoo.manifest["shards"]), desc=f"verify {zoo.config}", unit="shard", file=sys.stderr)
+        problems = zoo.verify(progress=lambda _: bar.update(1))
+        bar.close()
+        for problem in problems:
+            print(f"FAIL {problem}")
+        if problems:
+            failed = True
+        else:
+            print(f"OK {zoo.dir}: {len(zoo.manifest['shards'])} shards, {zoo.manifest['counts']['checkpoints']:,} "
+                  f"checkpoints, sizes, sha256 and references all match")
+    return 1 if failed else 0
+
+
+def cmd_import_original(args: argparse.Namespace) -> int:
+    from .original import import_original
+
+    spec = mnist_spec() if args.task == "mnist" else text_spec(args.vocab_size, args.max_length)
+    bar = tqdm(desc="import", unit="ckpt", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    manifest = import_original(args.source, args.out, args.config, spec, metadata_name=args.metadata,
+                               progress=progress, shard_size=args.shard_size, overwrite=args.overwrite)
+    bar.close()
+    print(f"imported {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs "
+          f"into {Path(args.out) / args.config}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
+                                                             "benchmark zoos of trained transformers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    info = sub.add_parser("info", help="counts, configs, splits and accuracy summary of a zoo root")
+    info.add_argument("root")
+    info.add_argument("--config")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
+
+    verify = sub.add_parser("verify", help="check every shard's size and sha256 and the metadata's references")
+    verify.add_argument("root")
+    verify.add_argument("--config")
+    verify.set_defaults(func=cmd_verify)
+
+    imp = sub.add_parser("import-original", help="convert the original release layout (CSV + .pt files)")
+    imp.add_argument("source", help="folder with metadata/<name>.csv and the .pt checkpoint files")
+    imp.add_argument("out", help="zoo root to write")
+    imp.add_argument("--config", required=True, help="config name for the imported zoo, e.g. mnist-original")
+    imp.add_argument("--task", choices=("mnist", "agnews"), default="mnist")
+    imp.add_argument("--vocab-size", type=int, default=0, help="text zoos: rows of the frozen embedding")
+    imp.add_argument("--max-length", type=int, default=0, help="text zoos: padded sequence length")
+    imp.add_argument("--metadata", help="name of the CSV under metadata/ when there are several")
+    imp.add_argument("--shard-size", type=int, default=2048)
+    imp.add_argument("--overwrite", action="store_true")
+    imp.set_defaults(func=cmd_import_original)
+
+    from .quickstart import register as register_quickstart
+
+    register_quickstart(sub)
+    for entry in entry_points(group="stz.commands"):
+        entry.load()(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ZooFormatError, FileExistsError, ValueError) as exc:
+        print(f"stz {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

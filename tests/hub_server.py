@@ -1,0 +1,229 @@
+"""A Hugging Face Hub stand-in on 127.0.0.1 that serves dataset repos from local folders (a test fixture).
+
+It speaks the part of the Hub's file API that `huggingface_hub` 2.x and `datasets` 5.x use to read a dataset
+repo (SPEC section 6): resolve (HEAD/GET with Range), repo info, tree listing and paths-info. Every revision of a
+repo is a snapshot folder with a fixed 40-hex commit sha. Requests are logged so tests can check what was fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+
+@dataclass
+class Revision:
+    sha: str
+    folder: Path
+
+
+@dataclass
+class Repo:
+    revisions: dict[str, Revision] = field(default_factory=dict)
+
+    def resolve(self, rev: str) -> Revision | None:
+        if rev in self.revisions:
+            return self.revisions[rev]
+        return next((r for r in self.revisions.values() if r.sha == rev), None)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def _sha1_of_blob(path: Path) -> str:
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class HubServer:
+    """Serve `repo_id -> {revision: folder}` at http://127.0.0.1:<port>; use as a context manager."""
+
+    def __init__(self) -> None:
+        self.repos: dict[str, Repo] = {}
+        self.requests: list[tuple[str, str, str | None]] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def add_dataset(self, repo_id: str, folder: str | os.PathLike[str], revision: str = "main") -> str:
+        """Publish `folder` as `revision` of dataset `repo_id`; returns the commit sha."""
+        folder = Path(folder)
+        listing = "".join(f"{name}:{_sha256(folder / name)}\n" for name in _files(folder))
+        sha = hashlib.sha1(f"{repo_id}\n{revision}\n{listing}".encode()).hexdigest()
+        self.repos.setdefault(repo_id, Repo()).revisions[revision] = Revision(sha, folder)
+        return sha
+
+    def __enter__(self) -> "HubServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def log(self, method: str, path: str, range_header: str | None) -> None:
+        with self._lock:
+            self.requests.append((method, path, range_header))
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
+                      head: bool = False) -> None:
+                headers = {"Content-Length": str(len(body)), **(headers or {})}
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if not head and body:
+                    self.wfile.write(body)
+
+            def _json(self, obj: Any, status: int = 200) -> None:
+                self._send(status, json.dumps(obj).encode(), {"Content-Type": "application/json"})
+
+            def _error(self, status: int, code: str, message: str, head: bool = False) -> None:
+                body = json.dumps({"error": message}).encode()
+                self._send(status, b"" if head else body,
+                           {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"})
+
+            def _repo_rev(self, repo_id: str, rev: str, head: bool = False) -> Revision | None:
+                repo = server.repos.get(repo_id)
+                if repo is None:
+                    self._error(404, "RepoNotFound", f"Repository {repo_id} not found", head)
+                    return None
+                revision = repo.resolve(rev)
+                if revision is None:
+                    self._error(404, "RevisionNotFound", f"Revision {rev} not found", head)
+                return revision
+
+            def _entry(self, revision: Revision, name: str, expand: bool) -> dict[str, Any]:
+                path = revision.folder / name
+                if path.is_dir():
+                    return {"type": "directory", "path": name, "oid": hashlib.sha1(name.encode()).hexdigest()}
+                size = path.stat().st_size
+                entry: dict[str, Any] = {"type": "file", "path": name, "size": size, "oid": _sha1_of_blob(path)}
+                entry["lfs"] = {"oid": _sha256(path), "size": size, "pointerSize": 134}
+                if expand:
+                    entry["lastCommit"] = {"id": revision.sha, "title": "upload", "date": "2026-01-01T00:00:00Z"}
+                return entry
+
+            def _resolve(self, head: bool) -> None:
+                match = re.match(r"^/datasets/(.+?/[^/]+)/resolve/([^/]+)/(.+)$", urlsplit(self.path).path)
+                if not match:
+                    return self._error(404, "EntryNotFound", "not found", head)
+                repo_id, rev, name = match.group(1), unquote(match.group(2)), unquote(match.group(3))
+                revision = self._repo_rev(repo_id, rev, head)
+                if revision is None:
+                    return
+                path = revision.folder / name
+                if not path.is_file():
+                    return self._error(404, "EntryNotFound", f"{name} not found at {rev}", head)
+                size = path.stat().st_size
+                headers = {"X-Repo-Commit": revision.sha, "ETag": f'"{_sha256(path)}"',
+                           "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+                range_header = self.headers.get("Range")
+                server.log(self.command, f"{repo_id}/{name}", range_header)
+                start, stop, status = 0, size, 200
+                if range_header:
+                    spec = re.match(r"bytes=(\d*)-(\d*)$", range_header.strip())
+                    if not spec:
+                        return self._error(416, "RangeNotSatisfiable", range_header, head)
+                    first, last = spec.group(1), spec.group(2)
+                    if first == "":
+                        start = max(0, size - int(last))
+                    else:
+                        start, stop = int(first), min(size, int(last) + 1 if last else size)
+                    if start >= size and size:
+                        return self._error(416, "RangeNotSatisfiable", range_header, head)
+                    status = 206
+                    headers["Content-Range"] = f"bytes {start}-{max(start, stop - 1)}/{size}"
+                headers["Content-Length"] = str(stop - start)
+                if head:
+                    return self._send(status, b"", headers, head=True)
+                with open(path, "rb") as handle:
+                    handle.seek(start)
+                    body = handle.read(stop - start)
+                self._send(status, body, headers)
+
+            def do_HEAD(self) -> None:
+                self._resolve(head=True)
+
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                if url.path.startswith("/datasets/"):
+                    return self._resolve(head=False)
+                server.log("GET", url.path, None)
+                query = parse_qs(url.query)
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)(?:/revision/([^/]+))?$", url.path)
+                if match:
+                    repo_id, rev = match.group(1), unquote(match.group(2) or "main")
+                    revision = self._repo_rev(repo_id, rev)
+                    if revision:
+                        self._json({"id": repo_id, "sha": revision.sha, "private": False, "disabled": False,
+                                    "gated": False, "siblings": [{"rfilename": n} for n in _files(revision.folder)]})
+                    return
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$", url.path)
+                if match:
+                    repo_id, rev, sub = match.group(1), unquote(match.group(2)), unquote(match.group(3) or "")
+                    revision = self._repo_rev(repo_id, rev)
+                    if revision is None:
+                        return
+                    base = revision.folder / sub
+                    if not base.is_dir():
+                        return self._error(404, "EntryNotFound", f"{sub} not found", False)
+                    recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
+                    expand = query.get("expand", ["false"])[0].lower() in ("1", "true")
+                    children = sorted(base.rglob("*") if recursive else base.iterdir())
+                    names = [p.relative_to(revision.folder).as_posix() for p in children]
+                    return self._json([self._entry(revision, n, expand) for n in names])
+                self._error(404, "EntryNotFound", f"no route for GET {url.path}")
+
+            def do_POST(self) -> None:
+                url = urlsplit(self.path)
+                server.log("POST", url.path, None)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)/paths-info/([^/]+)$", url.path)
+                if not match:
+                    return self._error(404, "EntryNotFound", f"no route for POST {url.path}")
+                revision = self._repo_rev(match.group(1), unquote(match.group(2)))
+                if revision is None:
+                    return
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    form = json.loads(body or b"{}")
+                    paths, expand = form.get("paths", []), bool(form.get("expand"))
+                else:
+                    form = parse_qs(body.decode())
+                    paths, expand = form.get("paths", []), form.get("expand", ["false"])[0] in ("1", "true", "True")
+                entries = [self._entry(revision, p, expand) for p in paths if (revision.folder / p).exists()]
+                self._json(entries)
+
+        return Handler
