@@ -146,7 +146,8 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many types for damaged files
-            raise ZooFormatError(path, f"cannot be read by torch.load ({type(exc).__name__}: {exc})") from None
+            first_line = (str(exc).splitlines() or [""])[0]
+            raise ZooFormatError(path, f"cannot be read by torch.load ({type(exc).__name__}: {first_line})") from None
         if isinstance(state, dict) and "state_dict" in state:
             state = state["state_dict"]
         weights = map_state_dict(state, spec, str(path))

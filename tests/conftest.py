@@ -1,0 +1,72 @@
+"""Shared fixtures. The loopback Hub server starts before `huggingface_hub` is imported anywhere, because the
+library reads HF_ENDPOINT and HF_HOME once, at import time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.hub_server import HubServer
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="stz-tests-"))
+HUB = HubServer()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    HUB.__enter__()
+    os.environ["HF_ENDPOINT"] = HUB.endpoint
+    os.environ["HF_HUB_DISABLE_XET"] = "1"
+    os.environ["HF_HOME"] = str(_SESSION_DIR / "hf-home")
+    os.environ["HF_DATASETS_CACHE"] = str(_SESSION_DIR / "hf-datasets")
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ["STZ_HOME"] = str(_SESSION_DIR / "stz-home")
+    os.environ.pop("STZ_REPO_ID", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    HUB.__exit__(None, None, None)
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def hub() -> HubServer:
+    HUB.requests.clear()
+    return HUB
+
+
+@pytest.fixture
+def stz_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private STZ_HOME (registry, verification stamps) for one test."""
+    home = tmp_path / "stz-home"
+    monkeypatch.setenv("STZ_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def synthetic_root() -> Path:
+    """A small synthetic zoo shared read-only by many tests (several shards per split)."""
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    root = _SESSION_DIR / "synthetic-zoo"
+    write_synthetic_zoo(root, "syn", runs=24, shard_size=10, register=False)
+    return root
+
+
+@pytest.fixture
+def zoo_copy(synthetic_root: Path, tmp_path: Path) -> Path:
+    """A private copy of the synthetic zoo that a test may damage."""
+    target = tmp_path / "zoo"
+    shutil.copytree(synthetic_root, target)
+    return target
+
+
+def shared_data(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"real data {path} is absent (../shared/data is only laid out beside the project checkout)")
+    return path
