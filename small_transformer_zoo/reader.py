@@ -54,7 +54,10 @@ class SplitWeights:
         return out
 
     def to_tensor(self) -> torch.Tensor:
-        """All packed weights of the split in metadata order, one [rows, n_params] tensor."""
+        """All packed weights of the split in metadata order, one [rows, n_params] tensor.
+
+        A multi-threaded copy out of the memory maps; measured faster than reading the files into a new tensor.
+        """
         if np.array_equal(self.global_rows, np.arange(sum(s.shape[0] for s in self.shards))):
             return self.shards[0].clone() if len(self.shards) == 1 else torch.cat(self.shards)
         return self.rows(np.arange(len(self)))

@@ -173,7 +173,7 @@ class TransformerWeights:
 
     def state_dict(self, index: int) -> dict[str, torch.Tensor]:
         """Checkpoint `index` of the batch as a state_dict for `small_transformer_zoo.model.ZooTransformer`."""
-        return {name: t[index].contiguous() for name, t in self.to_state_dicts().items()}
+        return {name: t[index].clone(memory_format=torch.contiguous_format) for name, t in self.to_state_dicts().items()}
 
     def to_params(self) -> torch.Tensor:
         """Back to packed rows [B, n_params]."""

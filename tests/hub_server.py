@@ -7,6 +7,7 @@ repo is a snapshot folder with a fixed 40-hex commit sha. Requests are logged so
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -44,12 +45,19 @@ def _sha1_of_blob(path: Path) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _sha256(path: Path) -> str:
+@functools.lru_cache(maxsize=4096)
+def _sha256_cached(path: Path, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    """sha256 of a file, remembered while its size and mtime stay the same (ETags are asked for per request)."""
+    st = path.stat()
+    return _sha256_cached(path, st.st_size, st.st_mtime_ns)
 
 
 class HubServer:
@@ -92,6 +100,7 @@ class HubServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 return

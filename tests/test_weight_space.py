@@ -107,3 +107,11 @@ def test_collator_builds_a_batch_from_rows() -> None:
     assert torch.allclose(batch.labels, torch.tensor([0.0, 0.1, 0.2]))
     assert torch.equal(batch.weights.blocks[1].b_B[:, 0, 0], torch.tensor([0.0, 1.0, 2.0]))
     assert math.isclose(float(batch.weights.to_params()[2].mean()), 2.0)
+
+
+def test_state_dict_tensors_own_their_storage() -> None:
+    """A state_dict taken from a big batch must not drag the batch along when saved."""
+    spec = mnist_spec()
+    weights = TransformerWeights.from_params(torch.randn(64, spec.n_params), spec)
+    for tensor in weights.state_dict(3).values():
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
