@@ -120,6 +120,13 @@ class TransformerWeights:
         classifier = {k: v for k, v in named.items() if k.startswith("classifier.")}
         return cls(spec, blocks, embedding, classifier)
 
+    @classmethod
+    def from_state_dict(cls, state_dict: Mapping[str, torch.Tensor], spec: ArchitectureSpec) -> "TransformerWeights":
+        """One checkpoint (batch of 1) in its own dtype; names and shapes checked as in `pack_state_dict`."""
+        pack_state_dict(state_dict, spec)  # validation only
+        row = torch.cat([torch.as_tensor(state_dict[p.name]).reshape(-1) for p in spec.parameters()])
+        return cls.from_params(row[None], spec)
+
     @property
     def batch_size(self) -> int:
         return self.blocks[0].W_q.shape[0]

@@ -1,0 +1,100 @@
+"""The symmetry group, checked on real (briefly trained) checkpoints of both architectures in float64."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec, text_spec
+from small_transformer_zoo.model import ZooTransformer
+from small_transformer_zoo.symmetry import random_invertible, sample_group_element
+from small_transformer_zoo.weight_space import TransformerWeights
+
+TEXT = text_spec(vocab_size=40, max_length=10)
+
+
+def _inputs(spec: ArchitectureSpec, count: int, generator: torch.Generator) -> torch.Tensor:
+    if spec.modality == "vision":
+        return torch.randn(count, 1, 28, 28, generator=generator, dtype=torch.float64)
+    ids = torch.randint(1, spec.vocab_size, (count, spec.max_length), generator=generator)
+    ids[: count // 2, 6:] = 0  # some padded texts
+    return ids
+
+
+def briefly_trained(spec: ArchitectureSpec, seed: int = 0, steps: int = 30) -> ZooTransformer:
+    """A zoo model trained a few Adam steps in float64 (weights away from their initialisation)."""
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = ZooTransformer(spec, dropout=0.1).double()
+    if spec.modality == "text":
+        model.embedding.table.copy_(torch.randn(spec.vocab_size, spec.d_model, generator=generator))
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        x = _inputs(spec, 32, generator)
+        y = torch.randint(0, spec.num_classes, (32,), generator=generator)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def _transformed(model: ZooTransformer, state: dict) -> ZooTransformer:
+    other = ZooTransformer(model.spec).double().eval()
+    other.load_state_dict(state)
+    if model.spec.modality == "text":
+        other.embedding.table.copy_(model.embedding.table)
+    return other
+
+
+@pytest.mark.parametrize("spec", [mnist_spec(), TEXT], ids=["vision", "text"])
+def test_group_action_keeps_the_logits(spec: ArchitectureSpec) -> None:
+    model = briefly_trained(spec)
+    x = _inputs(spec, 16, torch.Generator().manual_seed(99))
+    with torch.no_grad():
+        reference = model(x)
+        for seed in range(3):
+            g = sample_group_element(spec, torch.Generator().manual_seed(seed), condition_number=10.0)
+            state = g.act_on_state_dict(model.state_dict(), spec)
+            moved = max((state[k] - v).abs().max().item() for k, v in model.state_dict().items())
+            assert moved > 1e-3, "the group element must actually change the weights"
+            logits = _transformed(model, state)(x)
+            assert (logits - reference).abs().max().item() <= 1e-9
+
+
+@pytest.mark.parametrize("spec", [mnist_spec(), TEXT], ids=["vision", "text"])
+def test_a_transformation_outside_the_group_changes_the_logits(spec: ArchitectureSpec) -> None:
+    """Permuting the block input dimension (rows of W_q, W_k, W_v) is not a symmetry: logits move."""
+    model = briefly_trained(spec)
+    x = _inputs(spec, 16, torch.Generator().manual_seed(5))
+    perm = torch.randperm(spec.d_model, generator=torch.Generator().manual_seed(1))
+    weights = TransformerWeights.from_state_dict(model.state_dict(), spec)
+    block = weights.blocks[0]
+    block.W_q, block.W_k, block.W_v = (t.index_select(-2, perm) for t in (block.W_q, block.W_k, block.W_v))
+    with torch.no_grad():
+        difference = (_transformed(model, weights.state_dict(0))(x) - model(x)).abs().max().item()
+    assert difference > 1e-3
+
+
+@settings(max_examples=25, deadline=None)
+@given(count=st.integers(1, 3), size=st.integers(1, 8), kappa=st.floats(1.0, 100.0), seed=st.integers(0, 10**6))
+def test_random_invertible_has_the_asked_condition_number(count: int, size: int, kappa: float, seed: int) -> None:
+    m = random_invertible(count, size, kappa, torch.Generator().manual_seed(seed))
+    assert torch.linalg.cond(m).max().item() <= kappa * (1 + 1e-9)
+
+
+def test_group_acts_on_multi_channel_batches() -> None:
+    """One element acts the same on every channel; QK products only get their heads permuted."""
+    spec = ArchitectureSpec("vision", 10, num_heads=3, d_head=4, d_mlp=5, num_blocks=3, d_model=8, image_size=8)
+    weights = TransformerWeights.from_params(torch.randn(2, spec.n_params, dtype=torch.float64), spec)
+    two_channels = weights.map(lambda t: torch.cat([t, 2 * t], dim=1) if t.ndim > 2 and t.shape[1] == 1 else t)
+    g = sample_group_element(spec, torch.Generator().manual_seed(3))
+    single, double = g.act(weights), g.act(two_channels)
+    double.validate()
+    for b, (one, two) in enumerate(zip(single.blocks, double.blocks)):
+        for name, tensor in one.as_dict().items():
+            pair = two.as_dict()[name]
+            assert torch.allclose(pair[:, :1], tensor) and torch.allclose(pair[:, 1:], 2 * tensor)
+        before = weights.blocks[b]
+        qk_before = before.W_q @ before.W_k.transpose(-1, -2)
+        assert torch.allclose(one.W_q @ one.W_k.transpose(-1, -2), qk_before[:, :, g.blocks[b].sigma], atol=1e-10)
