@@ -4,7 +4,6 @@ layers compute exactly these terms, and `benchmarks/bench_nfn.py` measures the f
 
 from __future__ import annotations
 
-
 import torch
 
 from .layers import EquivariantLayer, InvariantLayer

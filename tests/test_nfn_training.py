@@ -1,0 +1,71 @@
+"""Training Transformer-NFN: it learns a learnable target, selects on validation, and is deterministic by seed."""
+
+import math
+
+import torch
+
+from nfn_baselines.model import TransformerNFN
+from nfn_baselines.train import TrainConfig, predict, train_predictor, warmup_cosine
+from small_transformer_zoo.architecture import mnist_spec
+from small_transformer_zoo.weight_space import TransformerWeights
+
+SPEC = mnist_spec()
+
+
+def _data(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights whose 'accuracy' is a smooth function of an invariant quantity (mean of the last b_B)."""
+    g = torch.Generator().manual_seed(seed)
+    params = torch.randn(count, SPEC.n_params, generator=g) * 0.2
+    shift = torch.rand(count, generator=g) * 2 - 1
+    weights = TransformerWeights.from_params(params, SPEC)
+    weights.blocks[-1].b_B += shift[:, None, None]
+    params = weights.to_params()
+    return params, torch.sigmoid(3 * shift)
+
+
+def test_warmup_then_cosine() -> None:
+    f = warmup_cosine(100, 10)
+    assert math.isclose(f(0), 0.1) and math.isclose(f(10), 1.0) and f(55) < 1.0 and f(100) < 1e-9
+    assert all(f(i) <= f(i - 1) + 1e-12 for i in range(11, 100))
+
+
+def test_nfn_learns_and_is_deterministic() -> None:
+    train, validation = _data(160, 0), _data(60, 1)
+    config = TrainConfig(epochs=4, warmup_epochs=1, seed=3)
+    torch.manual_seed(0)
+    first = train_predictor(TransformerNFN(SPEC, components=("encoder",)), SPEC, train, validation, config)
+    assert first.best_validation_tau > 0.5, first.history
+    assert first.best_epoch == max(first.history, key=lambda r: r["validation_tau"])["epoch"]
+    torch.manual_seed(0)
+    second = train_predictor(TransformerNFN(SPEC, components=("encoder",)), SPEC, train, validation, config)
+    assert [r["train_loss"] for r in first.history] == [r["train_loss"] for r in second.history]
+    predictions = predict(first.model, validation[0], SPEC)
+    assert predictions.shape == (60,) and ((predictions > 0) & (predictions < 1)).all()
+
+
+class FlatProbe(torch.nn.Module):
+    """A model that is not invariant: a linear map of the first block's flattened W_q."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(SPEC.num_heads * SPEC.d_model * SPEC.d_head, 1)
+
+    def forward_logits(self, weights: TransformerWeights) -> torch.Tensor:
+        return self.linear(weights.blocks[0].W_q.flatten(1)).squeeze(-1)
+
+    def forward(self, weights: TransformerWeights) -> torch.Tensor:
+        return torch.sigmoid(self.forward_logits(weights))
+
+
+def test_augmentation_by_group_elements() -> None:
+    """It changes what a non-invariant model sees, and is a no-op (to round-off) for the invariant NFN."""
+    train, validation = _data(48, 2), _data(20, 3)
+
+    def loss(model_class, augment: bool) -> float:
+        torch.manual_seed(0)
+        result = train_predictor(model_class(), SPEC, train, validation, TrainConfig(epochs=1, augment=augment))
+        return result.history[0]["train_loss"]
+
+    assert abs(loss(FlatProbe, True) - loss(FlatProbe, False)) > 1e-4
+    nfn = lambda: TransformerNFN(SPEC)  # noqa: E731
+    assert abs(loss(nfn, True) - loss(nfn, False)) < 1e-5
