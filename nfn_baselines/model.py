@@ -31,7 +31,7 @@ def mlp(d_in: int, hidden: int, depth: int = 2) -> nn.Sequential:
 
 def flat_component(weights: TransformerWeights, component: str) -> torch.Tensor:
     tensors = weights.embedding if component == "embedding" else weights.classifier
-    return torch.cat([t.reshape(t.shape[0], -1) for t in tensors.values()], dim=1)
+    return torch.cat([t.flatten(1) for t in tensors.values()], dim=1)
 
 
 class TransformerNFNEncoder(nn.Module):

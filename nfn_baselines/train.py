@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.stats import kendalltau
 from torch import nn
 
 from small_transformer_zoo.architecture import ArchitectureSpec
 from small_transformer_zoo.symmetry import sample_group_element
 from small_transformer_zoo.weight_space import TransformerWeights
+
+from .metrics import kendall_tau
 
 
 @dataclass
@@ -46,12 +47,6 @@ def warmup_cosine(total_steps: int, warmup_steps: int, start_factor: float = 0.1
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return factor
-
-
-def kendall_tau(predicted: np.ndarray, true: np.ndarray) -> float:
-    if len(true) < 2:
-        return float("nan")
-    return float(kendalltau(predicted, true).statistic)
 
 
 @torch.no_grad()

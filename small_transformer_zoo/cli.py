@@ -108,9 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--overwrite", action="store_true")
     imp.set_defaults(func=cmd_import_original)
 
-    from .quickstart import register as register_quickstart
-
-    register_quickstart(sub)
     for entry in entry_points(group="stz.commands"):
         entry.load()(sub)
     return parser

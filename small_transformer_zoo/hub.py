@@ -16,7 +16,8 @@ from urllib.parse import quote
 import datasets
 from huggingface_hub import HfApi, snapshot_download
 
-from .builder import builder_for
+from .architecture import ArchitectureSpec
+from .builder import builder_for, read_root_manifest, zoo_features
 from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME
 from .registry import find_local_zoo
@@ -122,8 +123,28 @@ def load_dataset(
         root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
     else:
         root = location.root
-    builder = builder_for(root, location.config, splits=splits, verify=verify, cache_dir=cache_dir, token=token)
-    if streaming:
-        return builder.as_streaming_dataset(split=split)
-    builder.download_and_prepare()
-    return builder.as_dataset(split=split)
+    manifest, _ = read_root_manifest(root, location.config, datasets.DownloadConfig(token=token))
+    wanted = splits or tuple(s for s in SPLIT_NAMES if s in manifest["metadata"])
+    unknown = [s for s in wanted if s not in manifest["metadata"]]
+    if unknown:
+        raise ZooFormatError(f"{root}/{location.config}", f"unknown split {unknown[0]!r}; this zoo has "
+                                                          f"{list(manifest['metadata'])}")
+    filled = tuple(s for s in wanted if manifest["counts"].get(s, 0) > 0)
+    out: dict[str, Any] = {}
+    if filled:
+        builder = builder_for(root, location.config, splits=filled, verify=verify, cache_dir=cache_dir, token=token)
+        if streaming:
+            out = dict(builder.as_streaming_dataset())
+        else:
+            builder.download_and_prepare()
+            out = dict(builder.as_dataset())
+    # `datasets` cannot prepare a split without rows; an empty split is still a split of the zoo.
+    features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
+    for name in wanted:
+        if name not in out:
+            empty = datasets.Dataset.from_dict({k: [] for k in features}, features=features, split=name)
+            out[name] = empty.to_iterable_dataset() if streaming else empty
+    if split is not None:
+        return out[split]
+    ordered = {name: out[name] for name in wanted}
+    return datasets.IterableDatasetDict(ordered) if streaming else datasets.DatasetDict(ordered)

@@ -42,6 +42,8 @@ class SplitWeights:
     def rows(self, indices: Iterable[int] | np.ndarray) -> torch.Tensor:
         """Packed weights of the given metadata rows, [len(indices), n_params] (a copy)."""
         wanted = self.global_rows[np.asarray(indices, dtype=np.int64)]
+        if not len(wanted):
+            return torch.empty(0, self.spec.n_params)
         if len(self.shards) == 1:
             return self.shards[0][torch.from_numpy(wanted)]
         bounds = np.cumsum([0] + [s.shape[0] for s in self.shards])
@@ -58,6 +60,8 @@ class SplitWeights:
 
         A multi-threaded copy out of the memory maps; measured faster than reading the files into a new tensor.
         """
+        if not self.shards:
+            return torch.empty(0, self.spec.n_params)
         if np.array_equal(self.global_rows, np.arange(sum(s.shape[0] for s in self.shards))):
             return self.shards[0].clone() if len(self.shards) == 1 else torch.cat(self.shards)
         return self.rows(np.arange(len(self)))

@@ -61,3 +61,14 @@ def test_unknown_split_and_config(synthetic_root: Path) -> None:
         load_dataset(synthetic_root, "syn", split="dev")
     with pytest.raises(ZooFormatError, match="unknown config 'nope'"):
         load_dataset(synthetic_root, "nope")
+
+
+def test_an_empty_split_is_an_empty_dataset(tmp_path: Path) -> None:
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    write_synthetic_zoo(tmp_path, "z", runs=3, fractions={"train": 0.5, "validation": 0.5}, register=False)
+    assert Zoo.open(tmp_path, "z").manifest["counts"]["test"] == 0
+    everything = load_dataset(tmp_path, "z")
+    assert everything["test"].num_rows == 0 and everything["test"].features == everything["train"].features
+    assert load_dataset(tmp_path, "z", split="test").num_rows == 0
+    assert list(load_dataset(tmp_path, "z", split="test", streaming=True)) == []

@@ -1,5 +1,4 @@
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -29,12 +28,3 @@ def test_verify_passes_then_fails_on_damage(zoo_copy: Path, capsys: pytest.Captu
 def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", str(tmp_path)]) == 2
     assert "holds no zoo config" in capsys.readouterr().err
-
-
-def test_quickstart_runs_and_reuses(tmp_path: Path, stz_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["quickstart", "--out", str(tmp_path / "q"), "--runs", "12"]) == 0
-    first = capsys.readouterr().out
-    assert "verify: OK" in first and "batch of" in first
-    assert main(["quickstart", "--out", str(tmp_path / "q"), "--runs", "12"]) == 0
-    assert "reusing" in capsys.readouterr().out
-    shutil.rmtree(tmp_path / "q")

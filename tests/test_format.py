@@ -220,3 +220,14 @@ def test_not_a_safetensors_file(zoo_copy: Path) -> None:
 def test_copy_of_a_zoo_elsewhere_still_opens(synthetic_root: Path, tmp_path: Path) -> None:
     shutil.copytree(synthetic_root / "syn", tmp_path / "moved")
     assert Zoo.open(tmp_path / "moved").config == "syn"
+
+
+def test_an_empty_split_loads_as_empty(tmp_path: Path) -> None:
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    write_synthetic_zoo(tmp_path, "z", runs=3, fractions={"train": 1.0}, register=False)
+    zoo = Zoo.open(tmp_path, "z")
+    empty = zoo.split_weights("test")
+    assert len(empty) == 0 and empty.to_tensor().shape == (0, 18_506)
+    assert empty.rows(np.array([], dtype=np.int64)).shape == (0, 18_506)
+    assert zoo.weight_space("test")[0].batch_size == 0

@@ -1,0 +1,52 @@
+"""Run a build's groups as tasks on a Ray cluster (`stz build --ray`); `ray` is an optional extra.
+
+The driver keeps writing parts exactly as a local build does, so a Ray build resumes, shards and merges the same
+way, and makes the same zoo.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from small_transformer_zoo.architecture import ArchitectureSpec
+
+from .data import TaskData
+from .grid import Run, group_id
+from .trainer import Checkpoint, train_group
+
+
+def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, epochs: int,
+                checkpoint_epochs: list[int]) -> list[Checkpoint]:
+    return train_group(group, data, spec, epochs, checkpoint_epochs)
+
+
+def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Callable[..., None]:
+    """An executor for `run_build` that trains each group as one Ray task (`address=None`: a local instance)."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--ray needs Ray: pip install 'small-transformer-zoo[ray]'") from None
+
+    def execute(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: Any, parts: Path,
+                progress: bool) -> None:
+        from tqdm import tqdm
+
+        from .build import save_part
+
+        if not ray.is_initialized():
+            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        remote = ray.remote(_train_task)
+        data_ref = ray.put(data)
+        pending = {remote.remote(g, data_ref, spec, plan.epochs, plan.checkpoint_epochs): g for g in todo}
+        with tqdm(total=len(todo), desc="ray tasks", unit="group", disable=not progress, file=sys.stderr) as bar:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    group = pending.pop(ref)
+                    save_part(parts, group_id(group), ray.get(ref))
+                    bar.update(1)
+
+    return execute

@@ -1,0 +1,41 @@
+"""Plots of a zoo (matplotlib, imported only when a plot is made)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .reader import Zoo
+
+
+def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
+    """Test-accuracy histogram per checkpoint epoch (and the best checkpoints), all splits: the paper's Figure 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for split in zoo.splits for r in zoo.metadata(split).select(["epoch", "is_best", "test_accuracy",
+                                                                           "diverged"]).to_pylist()]
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if not r["diverged"]:
+            groups.setdefault("best" if r["is_best"] else f"epoch {r['epoch']}", []).append(r["test_accuracy"])
+    names = sorted((g for g in groups if g != "best"), key=lambda g: int(g.split()[1])) + \
+        (["best"] if "best" in groups else [])
+    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), sharey=True, squeeze=False)
+    bins = np.linspace(0, 1, 21)
+    for axis, name in zip(axes[0], names):
+        axis.hist(groups[name], bins=bins, color="tab:blue", edgecolor="white")
+        axis.set_title(f"{name} (n={len(groups[name])})")
+        axis.set_xlabel("test accuracy")
+    axes[0][0].set_ylabel("checkpoints")
+    figure.suptitle(f"{zoo.config}: test accuracy by checkpoint epoch")
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,199 @@
+"""Zoo builders: the grid, the data loaders, the vectorized trainer against torch.optim one model at a time,
+and whole `tiny` builds: resumed after a real kill, sharded and merged, and refused on bad input."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from builders.build import run_build
+from builders.data import load_embedded_mnist, load_idx_folder, parse_idx
+from builders.grid import OPTIMIZERS, PRESETS, Run, full_grid, group_id, groups, preset_runs, run_seed, shard_groups
+from builders.trainer import init_params, train_group, train_run_plain
+from small_transformer_zoo import Zoo, ZooFormatError
+from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
+from tests.conftest import shared_data
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def quiet(*_: object) -> None:
+    return None
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    data = load_embedded_mnist()
+    data.train_x, data.train_y = data.train_x[:300], data.train_y[:300]
+    data.validation_x, data.validation_y = data.validation_x[:64], data.validation_y[:64]
+    data.test_x, data.test_y = data.test_x[:64], data.test_y[:64]
+    return data
+
+
+def test_paper_grid_and_presets() -> None:
+    runs = full_grid("mnist")
+    assert len(runs) == 16_000 and len({r.run_id for r in runs}) == 16_000
+    assert {o: sum(r.optimizer == o for r in runs) for o in OPTIMIZERS} == dict.fromkeys(OPTIMIZERS, 4_000)
+    assert len({r.seed for r in runs}) > 15_990
+    mini = preset_runs("mnist", PRESETS["mini"])
+    assert len(mini) >= 200
+    for optimizer in OPTIMIZERS:
+        picked = [r for r in mini if r.optimizer == optimizer]
+        assert len({r.learning_rate for r in picked}) == 8 and len({r.w_init_std for r in picked}) == 5
+        assert len({r.dropout for r in picked}) == 5 and len({r.train_fraction for r in picked}) == 4
+
+
+def test_shards_partition_the_groups() -> None:
+    all_groups = groups(preset_runs("mnist", PRESETS["mini"]), 20)
+    shards = [shard_groups(all_groups, 3, i) for i in range(3)]
+    ids = [group_id(g) for shard in shards for g in shard]
+    assert sorted(ids) == sorted(group_id(g) for g in all_groups) and len(ids) == len(set(ids))
+    with pytest.raises(ValueError, match="shard index 3"):
+        shard_groups(all_groups, 3, 3)
+
+
+@pytest.mark.parametrize("optimizer,lr", [("sgd", 0.05), ("sgd_momentum", 0.01), ("adam", 1e-3), ("rmsprop", 1e-3)])
+def test_vectorized_training_matches_one_model_at_a_time(small_data, optimizer: str, lr: float) -> None:
+    """Same numbers as torch.optim training each run alone, to float round-off. Adam and RMSprop divide by the
+    root of tiny second moments in their first steps, so a round-off sign flip of a near-zero gradient can move
+    single weights by up to about one step (lr); 99% of weights must agree to 1e-6."""
+    spec = mnist_spec()
+    runs = [Run(f"t-{optimizer}-{i}", optimizer, fraction, 0.0, lr * (i + 1), 0.2, 1e-4, run_seed(f"t{i}{optimizer}"))
+            for i, fraction in enumerate((1.0, 0.7, 0.9))]
+    checkpoints = train_group(runs, small_data, spec, epochs=1, checkpoint_epochs=[1])
+    for run in runs:
+        alone = train_run_plain(run, small_data, spec, epochs=1)
+        packed = torch.cat([alone[p.name].reshape(-1) for p in spec.parameters()])
+        together = torch.from_numpy(next(c.params for c in checkpoints if c.run is run and not c.is_best))
+        initial = torch.cat([t.reshape(-1) for t in
+                             init_params(spec, run.w_init_std, torch.Generator().manual_seed(run.seed)).values()])
+        assert (packed - initial).abs().max() > 1e-4, "training must have moved the weights"
+        difference = (together - packed).abs()
+        assert difference.median() < 1e-7 and (difference > 1e-6).float().mean() < 1e-2, difference.max()
+        assert difference.max() < (1e-5 if optimizer.startswith("sgd") else 3 * run.learning_rate)
+
+
+def test_idx_loader_on_the_real_mnist_test_set() -> None:
+    data = load_idx_folder(shared_data("mnist"), "mnist")
+    assert len(data.train_y) + len(data.validation_y) == 8_000 and len(data.test_y) == 2_000
+    assert data.train_x.shape[1:] == (1, 28, 28) and abs(float(data.train_x.mean()) + 0.74) < 0.1
+    assert "carved" in data.source["files"]
+
+
+def test_idx_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "t10k-images-idx3-ubyte.gz"
+    bad.write_bytes(gzip.compress(b"\x00\x00\x08\x01" + b"\x00" * 20))
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x01\x03")
+    with pytest.raises(ZooFormatError, match="t10k-images-idx3-ubyte.gz: wrong IDX magic number 0x00000801"):
+        load_idx_folder(tmp_path, "mnist")
+    with pytest.raises(ZooFormatError, match="header says shape"):
+        parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05\x01", tmp_path / "x", 1)
+    images = np.zeros((1, 28, 28), np.uint8)
+    bad.write_bytes(gzip.compress(b"\x00\x00\x08\x03" + np.array([1, 28, 28], ">u4").tobytes() + images.tobytes()))
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x01\x0c")
+    with pytest.raises(ZooFormatError, match="t10k-labels-idx1-ubyte: 1 labels out of range 0..9"):
+        load_idx_folder(tmp_path, "mnist")
+
+
+def _params(root: Path, config: str) -> dict[str, torch.Tensor]:
+    zoo = Zoo.open(root, config)
+    out = {}
+    for split in zoo.splits:
+        weights = zoo.split_weights(split)
+        for cid, row in zip(weights.metadata.column("checkpoint_id").to_pylist(), weights.to_tensor()):
+            out[cid] = row
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "zoo"
+    run_build("mnist", "tiny", out, progress=False, log=quiet)
+    return out
+
+
+def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
+    zoo = Zoo.open(tiny_build, "mnist-tiny")
+    assert zoo.verify() == []
+    assert zoo.manifest["counts"]["runs"] == 16 and zoo.manifest["checkpoint_epochs"] == [1, 2, "best"]
+    assert zoo.manifest["provenance"]["build_plan"]["preset"] == "tiny"
+    rows = [r for s in zoo.splits for r in zoo.metadata(s).to_pylist()]
+    assert len(rows) == 16 * 3
+    for run_id in {r["run_id"] for r in rows}:
+        mine = [r for r in rows if r["run_id"] == run_id]
+        best = next(r for r in mine if r["is_best"])
+        assert best["validation_accuracy"] >= max(r["validation_accuracy"] for r in mine if not r["is_best"])
+        assert all(0 <= r["test_accuracy"] <= 1 and r["seed"] == run_seed(run_id) for r in mine)
+    assert run_build("mnist", "tiny", tiny_build, progress=False, log=quiet)["config"] == "mnist-tiny"  # reused
+
+
+def test_killed_build_resumes_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    command = [sys.executable, "-m", "small_transformer_zoo.cli", "build", "--task", "mnist", "--preset", "tiny",
+               "--out", str(out), "--no-progress"]
+    process = subprocess.Popen(command, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = out / "mnist-tiny" / ".build" / "parts"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(parts.glob("*.json"))) < 1:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done = len(list(parts.glob("*.json")))
+    assert 1 <= done < 4, f"the kill should land part-way, {done} of 4 groups were done"
+    assert not (out / "mnist-tiny" / "zoo.json").exists()
+    assert subprocess.run(command, cwd=PROJECT, capture_output=True, timeout=300).returncode == 0
+    first, second = _params(tiny_build, "mnist-tiny"), _params(out, "mnist-tiny")
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
+    from builders.build import merge_shards
+
+    for index in range(2):
+        run_build("mnist", "tiny", tmp_path / f"shard{index}", num_shards=2, shard_index=index, progress=False,
+                  log=quiet)
+    with pytest.raises(ZooFormatError, match="2 groups missing"):
+        merge_shards(tmp_path / "merged", [tmp_path / "shard0"], "mnist", "tiny")
+    with pytest.raises(ZooFormatError, match="present twice"):
+        merge_shards(tmp_path / "merged", [tmp_path / "shard0", tmp_path / "shard0"], "mnist", "tiny")
+    merge_shards(tmp_path / "merged", [tmp_path / "shard0", tmp_path / "shard1"], "mnist", "tiny")
+    first, merged = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "merged", "mnist-tiny")
+    assert first.keys() == merged.keys() and all(torch.equal(first[k], merged[k]) for k in first)
+
+
+def test_bad_build_input_fails_before_training(tiny_build: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown task 'cifar'"):
+        run_build("cifar", "tiny", tmp_path, log=quiet)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        run_build("mnist", "huge", tmp_path, log=quiet)
+    manifest = json.loads((tiny_build / "mnist-tiny" / "zoo.json").read_text())
+    other = tmp_path / "other"
+    (other / "mnist-tiny").mkdir(parents=True)
+    manifest["architecture"]["d_mlp"] = 128
+    manifest["n_params"] = ArchitectureSpec.from_dict(manifest["architecture"]).n_params
+    (other / "mnist-tiny" / "zoo.json").write_text(json.dumps(manifest))
+    with pytest.raises(ZooFormatError, match="holds a zoo of another architecture"):
+        run_build("mnist", "tiny", other, log=quiet)
+    assert json.loads((other / "mnist-tiny" / "zoo.json").read_text()) == manifest
+
+
+def test_ray_build_on_a_local_instance_makes_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'small-transformer-zoo[ray]')")
+    from builders.distributed import ray_executor
+
+    try:
+        run_build("mnist", "tiny", tmp_path / "ray", progress=False, log=quiet,
+                  executor=ray_executor(num_cpus=2))
+    finally:
+        ray.shutdown()
+    first, second = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "ray", "mnist-tiny")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
