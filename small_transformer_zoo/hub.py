@@ -8,6 +8,7 @@ and split are downloaded, and a second call works offline from the Hugging Face 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -100,6 +101,10 @@ def streaming_root(location: ZooLocation, token: Any = None) -> str:
     return f"hf://datasets/{location.repo_id}@{quote(sha or location.revision or 'main', safe='')}"
 
 
+def _no_rows() -> Iterator[dict[str, Any]]:
+    yield from ()
+
+
 def load_dataset(
     name_or_path: str | os.PathLike[str],
     config: str | None = None,
@@ -142,8 +147,10 @@ def load_dataset(
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
     for name in wanted:
         if name not in out:
-            empty = datasets.Dataset.from_dict({k: [] for k in features}, features=features, split=name)
-            out[name] = empty.to_iterable_dataset() if streaming else empty
+            if streaming:
+                out[name] = datasets.IterableDataset.from_generator(_no_rows, features=features)
+            else:
+                out[name] = datasets.Dataset.from_dict({k: [] for k in features}, features=features, split=name)
     if split is not None:
         return out[split]
     ordered = {name: out[name] for name in wanted}
