@@ -105,6 +105,8 @@ class VectorizedOptimizer:
     def step(self, lr: torch.Tensor, active: torch.Tensor) -> None:
         """Update models where `active` [M] is true with their learning rate `lr` [M]; others stay as they are."""
         self.steps += active.long()
+        t = self.steps.clamp_min(1).to(torch.float64)
+        bias1, bias2_root = 1 - 0.9 ** t, (1 - 0.999 ** t).sqrt()
         for param, state in zip(self.params, self.state):
             shape = (-1,) + (1,) * (param.ndim - 1)
             on = active.view(shape)
@@ -117,8 +119,8 @@ class VectorizedOptimizer:
             elif self.kind == "adam":
                 state["m"] = torch.where(on, state["m"].lerp(grad, 0.1), state["m"])
                 state["v"] = torch.where(on, state["v"] * 0.999 + 0.001 * grad * grad, state["v"])
-                t = self.steps.clamp_min(1).to(param.dtype).view(shape)
-                update = (state["m"] / (1 - 0.9 ** t)) / (state["v"].sqrt() / (1 - 0.999 ** t).sqrt() + 1e-8)
+                b1, b2 = bias1.to(param.dtype).view(shape), bias2_root.to(param.dtype).view(shape)
+                update = (state["m"] / b1) / (state["v"].sqrt() / b2 + 1e-8)
             else:
                 state["sq"] = torch.where(on, state["sq"] * 0.99 + 0.01 * grad * grad, state["sq"])
                 update = grad / (state["sq"].sqrt() + 1e-8)

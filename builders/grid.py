@@ -43,7 +43,7 @@ class Preset:
 
 PRESETS = {
     "paper": Preset("paper", epochs=100, runs=None, max_train_samples=None, group_size=32),
-    "mini": Preset("mini", epochs=4, runs=200, max_train_samples=1500, group_size=20),
+    "mini": Preset("mini", epochs=6, runs=200, max_train_samples=1500, group_size=20),
     "tiny": Preset("tiny", epochs=2, runs=16, max_train_samples=256, group_size=4),
 }
 

@@ -126,15 +126,21 @@ def train_group(runs: list[Run], data: TaskData, spec: ArchitectureSpec, epochs:
 
     rates = torch.tensor(dropout_p)
     keep_scale = 1.0 / (1.0 - rates)
+    use_dropout = bool((rates > 0).any())
 
     def dropout(x: torch.Tensor, site: int) -> torch.Tensor:
         """Inverted dropout with each model's own rate and generator (one uniform draw per model and site)."""
-        uniform = torch.ones_like(x)
+        if not use_dropout:
+            return x
+        mask = torch.empty_like(x)
         for m, (p, generator) in enumerate(zip(dropout_p, streams.generators)):
             if p > 0:
-                uniform[m].uniform_(generator=generator)
+                mask[m].uniform_(generator=generator)
+            else:
+                mask[m].fill_(1.0)
         shape = (-1,) + (1,) * (x.ndim - 1)
-        return x * (uniform >= rates.view(shape)) * keep_scale.view(shape)
+        mask = mask.ge_(rates.view(shape)).mul_(keep_scale.view(shape))  # 1/(1-p) where kept, 0 where dropped
+        return x * mask
 
     for epoch in range(1, epochs + 1):
         lr = torch.tensor([learning_rate(run.learning_rate, epoch, epochs) for run in runs])

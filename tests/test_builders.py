@@ -197,3 +197,44 @@ def test_ray_build_on_a_local_instance_makes_the_same_zoo(tiny_build: Path, tmp_
         ray.shutdown()
     first, second = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "ray", "mnist-tiny")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_ag_news_text_zoo_from_the_real_test_set(tmp_path: Path) -> None:
+    """The text zoo: a frozen embedding built from the corpus, stored once, padding masked; from real AG News."""
+    from builders.text import load_ag_news
+
+    folder = shared_data("ag_news")
+    data = load_ag_news(folder, max_train=256)
+    assert data.embedding.shape == (5_000, 32) and not data.embedding[0].any()
+    assert data.source["files"].startswith("test.csv only") and len(data.test_y) == 1_520
+    again = load_ag_news(folder, max_train=256)
+    assert np.array_equal(again.embedding, data.embedding), "the embedding must be deterministic"
+    manifest = run_build("agnews", "tiny", tmp_path, data_dir=folder, progress=False, log=quiet)
+    zoo = Zoo.open(tmp_path, "agnews-tiny")
+    assert zoo.verify() == [] and zoo.spec.modality == "text" and zoo.spec.num_classes == 4
+    assert np.array_equal(zoo.extras()["embedding"]["table"], data.embedding)
+    assert manifest["task"]["source"]["embedding_sha256"] == data.source["embedding_sha256"]
+    accuracies = [a for s in zoo.splits for a in zoo.metadata(s).column("test_accuracy").to_pylist()]
+    assert all(0 <= a <= 1 for a in accuracies)
+
+
+def test_ag_news_csv_errors_name_the_line(tmp_path: Path) -> None:
+    from builders.data import read_ag_news_csv
+
+    path = tmp_path / "test.csv"
+    path.write_text('"3","Title","Body"\n"7","Bad","Label"\n')
+    with pytest.raises(ZooFormatError, match=r"test.csv: line 2: class index 7 is out of range 1..4"):
+        read_ag_news_csv(path)
+    path.write_text('"3","only two"\n')
+    with pytest.raises(ZooFormatError, match=r"line 1: expected 3 columns"):
+        read_ag_news_csv(path)
+
+
+def test_fashion_mnist_from_the_debian_package(tmp_path: Path) -> None:
+    from builders.data import FASHION_MNIST_DIR
+
+    if not (FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"{FASHION_MNIST_DIR} is absent (apt-get install dataset-fashion-mnist)")
+    data = load_idx_folder(FASHION_MNIST_DIR, "fashion_mnist")
+    assert len(data.train_y) + len(data.validation_y) == 60_000 and len(data.test_y) == 10_000
+    assert data.source["files"] == "train and t10k files"
