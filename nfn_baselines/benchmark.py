@@ -1,0 +1,191 @@
+"""The benchmark protocol (SPEC section 10): every model on the same splits, seeds, model selection on validation
+only, Kendall's tau on the test split overall and above accuracy thresholds, R^2 and L1, mean and standard
+deviation over seeds; the paper's Table 1/2 as Markdown and JSON, and predicted-against-true plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.architecture import ArchitectureSpec
+
+from .baselines import TREE_MODELS, FlatPredictor, fit_tree
+from .metrics import DEFAULT_THRESHOLDS, scores
+from .model import COMPONENTS, TransformerNFN
+from .train import TrainConfig, predict, train_predictor
+
+BASE_MODELS = ("transformer_nfn", "mlp", "statnn", "xgboost", "lightgbm", "random_forest")
+COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
+                      ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
+WIDTH_DEPTH_ABLATION = ((5, 1), (10, 1), (20, 1), (10, 2))
+
+
+@dataclass
+class ModelSpec:
+    """One row of the table: a model kind and its settings."""
+
+    name: str
+    kind: str
+    components: tuple[str, ...] = COMPONENTS
+    channels: int = 10
+    layers: int = 1
+
+
+@dataclass
+class BenchData:
+    spec: ArchitectureSpec
+    splits: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    test_ids: list[str]
+
+
+@dataclass
+class BenchResult:
+    rows: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    predictions: dict[str, np.ndarray] = field(default_factory=dict)
+    true: np.ndarray | None = None
+
+
+def model_specs(models: Sequence[str], ablation: str | None = None) -> list[ModelSpec]:
+    unknown = sorted(set(models) - set(BASE_MODELS))
+    if unknown:
+        raise ValueError(f"unknown models {unknown}; choose from {list(BASE_MODELS)}")
+    out = [ModelSpec(m, m) for m in models]
+    if ablation == "components":
+        out += [ModelSpec(f"transformer_nfn[{'+'.join(c)}]", "transformer_nfn", components=c)
+                for c in COMPONENT_ABLATION if c != COMPONENTS]
+    elif ablation == "width-depth":
+        out += [ModelSpec(f"transformer_nfn[c={c},layers={n}]", "transformer_nfn", channels=c, layers=n)
+                for c, n in WIDTH_DEPTH_ABLATION if (c, n) != (10, 1)]
+    elif ablation is not None:
+        raise ValueError(f"unknown ablation {ablation!r}; choose 'components' or 'width-depth'")
+    return out
+
+
+def load_bench_data(root: str | os.PathLike[str], config: str) -> BenchData:
+    """Packed weights and test accuracy per split; diverged runs are left out (their accuracy means nothing)."""
+    zoo = Zoo.open(root, config)
+    splits, test_ids = {}, []
+    for split in ("train", "validation", "test"):
+        weights = zoo.split_weights(split)
+        keep = zoo.select(split)
+        if len(keep) < 2:
+            raise ValueError(f"{zoo.dir}: split {split!r} has {len(keep)} usable checkpoints; the benchmark needs "
+                             f"at least 2 in every split")
+        splits[split] = (weights.rows(keep), weights.labels()[torch.from_numpy(keep)])
+        if split == "test":
+            test_ids = [weights.metadata.column("checkpoint_id")[int(i)].as_py() for i in keep]
+    return BenchData(zoo.spec, splits, test_ids)
+
+
+def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int) -> np.ndarray:
+    """Train one model with one seed (selection on validation) and predict the test split."""
+    spec = data.spec
+    if model.kind in TREE_MODELS:
+        as_numpy = {k: (v[0].numpy(), v[1].numpy()) for k, v in data.splits.items()}
+        fitted = fit_tree(model.kind, seed, as_numpy["train"], as_numpy["validation"])
+        return np.clip(fitted.predict(as_numpy["test"][0]), 0.0, 1.0)
+    torch.manual_seed(seed)
+    if model.kind == "transformer_nfn":
+        net: torch.nn.Module = TransformerNFN(spec, channels=model.channels, hidden=10, num_layers=model.layers,
+                                              components=model.components)
+    else:
+        net = FlatPredictor(spec, mode=model.kind, components=model.components)
+    config = TrainConfig(epochs=epochs, warmup_epochs=max(1, epochs // 10), seed=seed)
+    result = train_predictor(net, spec, data.splits["train"], data.splits["validation"], config)
+    return predict(result.model, data.splits["test"][0], spec)
+
+
+def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int], epochs: int,
+                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+                  on_done: Callable[[str, int, dict[str, float]], None] | None = None) -> BenchResult:
+    result = BenchResult(true=data.splits["test"][1].numpy())
+    for model in models:
+        for seed in seeds:
+            predicted = predict_test(model, data, seed, epochs)
+            row = scores(predicted, result.true, tuple(thresholds))
+            result.rows.setdefault(model.name, []).append(row)
+            if seed == seeds[0]:
+                result.predictions[model.name] = predicted
+            if on_done:
+                on_done(model.name, seed, row)
+    return result
+
+
+def summarize(result: BenchResult) -> dict[str, dict[str, dict[str, float]]]:
+    """Mean and standard deviation over seeds of every metric, per model."""
+    out = {}
+    for name, rows in result.rows.items():
+        out[name] = {}
+        for key in rows[0]:
+            values = np.asarray([r[key] for r in rows], dtype=float)
+            finite = values[np.isfinite(values)]
+            out[name][key] = {"mean": float(finite.mean()) if finite.size else math.nan,
+                              "std": float(finite.std()) if finite.size else math.nan}
+    return out
+
+
+def render_markdown(summary: dict[str, dict[str, dict[str, float]]], thresholds: Sequence[float], seeds: int,
+                    config: str) -> str:
+    """The paper's Table 1/2 form: Kendall's tau by accuracy threshold, then R^2 and L1, mean +- std."""
+    def cell(stats: dict[str, float]) -> str:
+        return "-" if math.isnan(stats["mean"]) else f"{stats['mean']:.3f} ± {stats['std']:.3f}"
+
+    first = next(iter(summary.values()))
+    counts = " / ".join(f"{int(first[f'n@{t:g}']['mean'])}" for t in thresholds)
+    header = ["model", "tau (all)"] + [f"tau (acc >= {t:g})" for t in thresholds] + ["R^2", "L1"]
+    lines = [f"Zoo config `{config}`, {seeds} seed(s); test checkpoints: {int(first['n']['mean'])} in all, "
+             f"{counts} above the thresholds.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, stats in summary.items():
+        cells = [cell(stats["tau"])] + [cell(stats[f"tau@{t:g}"]) for t in thresholds] + \
+            [cell(stats["r2"]), cell(stats["l1"])]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_predictions(result: BenchResult, path: str | os.PathLike[str], config: str) -> Path:
+    """Predicted against true test accuracy, one panel per model (the paper's Figure 2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result.predictions)
+    columns = min(3, len(names))
+    rows = math.ceil(len(names) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.4 * rows), squeeze=False)
+    low, high = float(np.min(result.true)), float(np.max(result.true))
+    for axis, name in zip(axes.flat, names):
+        axis.scatter(result.true, result.predictions[name], s=8, alpha=0.6)
+        axis.plot([low, high], [low, high], color="grey", linewidth=1)
+        tau = result.rows[name][0]["tau"]
+        axis.set_title(f"{name}\ntau {tau:.3f}", fontsize=9)
+        axis.set_xlabel("true test accuracy")
+        axis.set_ylabel("predicted")
+    for axis in list(axes.flat)[len(names):]:
+        axis.axis("off")
+    figure.suptitle(f"{config}: predicted against true accuracy (first seed)")
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_results(out: Path, config: str, summary: dict, result: BenchResult, markdown: str,
+                  meta: dict[str, Any]) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{config}-bench.json", out / f"{config}-bench.md"
+    json_path.write_text(json.dumps({**meta, "summary": summary, "per_seed": result.rows}, indent=2) + "\n")
+    md_path.write_text(markdown)
+    return {"json": json_path, "markdown": md_path}
