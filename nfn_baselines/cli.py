@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .leaderboard import add_result, load_leaderboard, render_leaderboard, score_submission, write_submission
 from .metrics import DEFAULT_THRESHOLDS
 from .quickstart import register as register_quickstart
 
@@ -36,13 +37,53 @@ def _bench(args: argparse.Namespace) -> int:
                           {"zoo": str(args.zoo), "config": args.config, "seeds": seeds, "epochs": args.epochs,
                            "thresholds": list(args.thresholds), "seconds": elapsed})
     plot = plot_predictions(result, Path(args.out) / f"{args.config}-predicted-vs-true.png", args.config)
+    for name, predicted in result.predictions.items():
+        submission = write_submission(Path(args.out) / "submissions" / f"{args.config}-{name}.csv", data.test_ids,
+                                      predicted)
+        if args.leaderboard:  # our own models enter through the same scorer as everyone's
+            metrics = score_submission(submission, args.zoo, args.config, "test", tuple(args.thresholds))
+            add_result(args.leaderboard, name, args.config, "test", metrics, f"stz bench (seed 0) {submission}")
     print(markdown)
     print(f"{elapsed:.0f} s; wrote {paths['markdown']}, {paths['json']} and {plot}")
     return 0
 
 
+def _score(args: argparse.Namespace) -> int:
+    metrics = score_submission(args.submission, args.zoo, args.config, args.split, tuple(args.thresholds))
+    print(f"{args.submission}: {metrics['n']} checkpoints of {args.config}/{args.split}")
+    for key, value in metrics.items():
+        if not key.startswith("n"):
+            print(f"  {key:<10} {value:.4f}")
+    if args.leaderboard:
+        add_result(args.leaderboard, args.name or Path(args.submission).stem, args.config, args.split, metrics,
+                   str(args.submission))
+        print(f"added to {args.leaderboard}")
+    return 0
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
+    text = render_leaderboard(load_leaderboard(args.results))
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    print(text or f"{args.results}: no results yet")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     register_quickstart(sub)
+    score = sub.add_parser("score", help="validate and score a leaderboard submission (CSV or Parquet)")
+    score.add_argument("submission", help="file with columns checkpoint_id, predicted_accuracy")
+    score.add_argument("--zoo", required=True)
+    score.add_argument("--config", required=True)
+    score.add_argument("--split", default="test")
+    score.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS))
+    score.add_argument("--leaderboard", help="results file (JSON) to add the scores to")
+    score.add_argument("--name", help="name on the leaderboard (default: the file name)")
+    score.set_defaults(func=_score)
+    board = sub.add_parser("leaderboard", help="render a leaderboard results file as ranked Markdown tables")
+    board.add_argument("results", nargs="?", default="leaderboard.json")
+    board.add_argument("--markdown", help="also write the tables to this file")
+    board.set_defaults(func=_leaderboard)
     bench = sub.add_parser("bench", help="train Transformer-NFN and the baselines on a zoo, print Kendall's tau")
     bench.add_argument("--zoo", required=True, help="zoo root")
     bench.add_argument("--config", required=True)
@@ -54,4 +95,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
     bench.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS))
     bench.add_argument("--out", default="stz-out/bench", help="folder for the JSON, Markdown and plots")
+    bench.add_argument("--leaderboard", help="score each model's first-seed predictions into this results file")
     bench.set_defaults(func=_bench)

@@ -90,9 +90,14 @@ def test_ablations_add_nfn_variants() -> None:
 def test_stz_bench_writes_json_markdown_and_plot(learnable_zoo: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "2",
-                 "--models", "mlp", "lightgbm", "--out", str(tmp_path)]) == 0
+                 "--models", "mlp", "lightgbm", "--out", str(tmp_path), "--leaderboard", str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "| mlp |" in out and "| lightgbm |" in out
     saved = json.loads((tmp_path / "learnable-bench.json").read_text())
     assert set(saved["summary"]) == {"mlp", "lightgbm"} and saved["seeds"] == [0]
     assert (tmp_path / "learnable-predicted-vs-true.png").is_file()
+    from nfn_baselines.leaderboard import load_leaderboard
+
+    board = {e["name"]: e["metrics"]["tau"] for e in load_leaderboard(tmp_path / "b.json")}
+    assert board.keys() == {"mlp", "lightgbm"}
+    assert board["lightgbm"] == pytest.approx(saved["per_seed"]["lightgbm"][0]["tau"])

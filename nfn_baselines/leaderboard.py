@@ -1,0 +1,193 @@
+"""Leaderboard scoring: validate a submission (`checkpoint_id, predicted_accuracy` for every checkpoint of a zoo
+split, CSV or Parquet), score it with the benchmark's metrics, and keep a ranked results file.
+
+Every problem with a submission raises `SubmissionError` naming the file and the offending rows or ids (the
+first few and a count); nothing else escapes the reader, whatever bytes it is given (fuzz-tested).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.files import atomic_write_json
+
+from .metrics import DEFAULT_THRESHOLDS, scores
+
+COLUMNS = ("checkpoint_id", "predicted_accuracy")
+SHOW = 5
+
+
+class SubmissionError(ValueError):
+    """A submission that cannot be scored; the message says which file, rows or ids, and why."""
+
+
+def _few(items: list[Any]) -> str:
+    shown = ", ".join(repr(i) for i in items[:SHOW])
+    return f"{shown}{' ...' if len(items) > SHOW else ''} ({len(items)} in all)"
+
+
+def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
+    """Raw ids and prediction cells, with a description of where row numbers start."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SubmissionError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise SubmissionError(f"{path}: the file is empty")
+    if raw[:4] == b"PAR1" or path.suffix.lower() == ".parquet":
+        try:
+            table = pq.read_table(io.BytesIO(raw))
+        except Exception as exc:  # pyarrow raises several types for damaged files
+            raise SubmissionError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
+        _check_columns(path, list(table.column_names))
+        try:
+            ids = [None if v is None else str(v) for v in table.column("checkpoint_id").to_pylist()]
+            values = table.column("predicted_accuracy").to_pylist()
+        except (pa.ArrowException, ValueError) as exc:
+            raise SubmissionError(f"{path}: columns cannot be read ({exc})") from None
+        return ids, values, "Parquet row"
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SubmissionError(f"{path}: neither CSV (UTF-8 text) nor Parquet") from None
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise SubmissionError(f"{path}: not valid CSV ({exc})") from None
+    rows = [r for r in rows if any(cell.strip() for cell in r)]
+    if not rows:
+        raise SubmissionError(f"{path}: the file is empty")
+    header = [h.strip() for h in rows[0]]
+    _check_columns(path, header)
+    id_col, value_col = header.index("checkpoint_id"), header.index("predicted_accuracy")
+    short = [i for i, r in enumerate(rows[1:], start=2) if len(r) != len(header)]
+    if short:
+        raise SubmissionError(f"{path}: lines whose number of cells differs from the header's {len(header)}: "
+                              f"lines {_few(short)}")
+    return [r[id_col].strip() for r in rows[1:]], [r[value_col].strip() for r in rows[1:]], "CSV line"
+
+
+def _check_columns(path: Path, columns: list[str]) -> None:
+    missing = [c for c in COLUMNS if c not in columns]
+    extra = [c for c in columns if c not in COLUMNS]
+    if missing or extra or len(columns) != len(set(columns)):
+        raise SubmissionError(f"{path}: columns must be exactly {list(COLUMNS)}; found {columns}"
+                              f"{f', missing {missing}' if missing else ''}{f', unexpected {extra}' if extra else ''}")
+
+
+def read_submission(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
+    """Checked ids and finite float predictions of a CSV or Parquet submission."""
+    path = Path(path)
+    ids, cells, unit = _read_table(path)
+    offset = 2 if unit == "CSV line" else 0
+    if not ids:
+        raise SubmissionError(f"{path}: no rows after the header")
+    blank = [i + offset for i, v in enumerate(ids) if not v]
+    if blank:
+        raise SubmissionError(f"{path}: empty checkpoint_id at {unit}s {_few(blank)}")
+    values, bad = np.empty(len(cells)), []
+    for i, cell in enumerate(cells):
+        try:
+            number = None if isinstance(cell, bool) else float(cell)
+        except (TypeError, ValueError, OverflowError):
+            number = None
+        if number is None:
+            bad.append(i + offset)
+            continue
+        values[i] = number
+    if bad:
+        raise SubmissionError(f"{path}: predicted_accuracy is not a number at {unit}s {_few(bad)}")
+    not_finite = [i + offset for i in np.nonzero(~np.isfinite(values))[0].tolist()]
+    if not_finite:
+        raise SubmissionError(f"{path}: predicted_accuracy is NaN or infinite at {unit}s {_few(not_finite)}")
+    seen: dict[str, int] = {}
+    duplicates = []
+    for cid in ids:
+        seen[cid] = seen.get(cid, 0) + 1
+        if seen[cid] == 2:
+            duplicates.append(cid)
+    if duplicates:
+        raise SubmissionError(f"{path}: checkpoint ids given more than once: {_few(duplicates)}")
+    return ids, values
+
+
+def score_submission(path: str | os.PathLike[str], zoo_root: str | os.PathLike[str], config: str,
+                     split: str = "test", thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> dict[str, Any]:
+    """Validate a submission against a zoo split (every id once, no unknown id) and score it."""
+    ids, predicted = read_submission(path)
+    zoo = Zoo.open(zoo_root, config)
+    meta = zoo.metadata(split)
+    keep = zoo.select(split)
+    truth = dict(zip(meta.column("checkpoint_id").take(keep).to_pylist(),
+                     meta.column("test_accuracy").take(keep).to_pylist()))
+    given = set(ids)
+    unknown = [cid for cid in ids if cid not in truth]
+    missing = [cid for cid in truth if cid not in given]
+    if unknown:
+        raise SubmissionError(f"{path}: ids that are not checkpoints of {config}/{split}: {_few(unknown)}")
+    if missing:
+        raise SubmissionError(f"{path}: {config}/{split} checkpoints with no prediction: {_few(missing)}")
+    true = np.asarray([truth[cid] for cid in ids], dtype=float)
+    return scores(predicted, true, thresholds)
+
+
+def write_submission(path: str | os.PathLike[str], ids: list[str], predicted: np.ndarray) -> Path:
+    """A submission CSV, as our own models hand theirs to the scorer."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLUMNS)
+        writer.writerows(zip(ids, (f"{v:.8g}" for v in predicted)))
+    return path
+
+
+def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, split: str,
+               metrics: dict[str, Any], source: str) -> None:
+    """Append (or replace, by name, config and split) one entry of the results file."""
+    path = Path(leaderboard)
+    entries = load_leaderboard(path)
+    entries = [e for e in entries if (e["name"], e["config"], e["split"]) != (name, config, split)]
+    entries.append({"name": name, "config": config, "split": split, "metrics": metrics, "source": source,
+                    "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    atomic_write_json(path, {"format": "stz-leaderboard", "version": 1, "entries": entries})
+
+
+def load_leaderboard(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        return list(data["entries"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SubmissionError(f"{path}: not a leaderboard results file ({exc})") from None
+
+
+def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> str:
+    """Ranked Markdown tables, one per zoo config and split, best Kendall's tau first."""
+    out = []
+    for key in sorted({(e["config"], e["split"]) for e in entries}):
+        rows = sorted((e for e in entries if (e["config"], e["split"]) == key),
+                      key=lambda e: -(e["metrics"]["tau"] if np.isfinite(e["metrics"]["tau"]) else -math.inf))
+        header = ["rank", "name", "tau"] + [f"tau >= {t:g}" for t in thresholds] + ["R^2", "L1"]
+        out += [f"### {key[0]} / {key[1]}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for rank, e in enumerate(rows, start=1):
+            m = e["metrics"]
+            cells = [m["tau"]] + [m.get(f"tau@{t:g}", math.nan) for t in thresholds] + [m["r2"], m["l1"]]
+            out.append(f"| {rank} | {e['name']} | " + " | ".join("-" if not np.isfinite(c) else f"{c:.3f}"
+                                                                 for c in cells) + " |")
+        out.append("")
+    return "\n".join(out)
