@@ -9,6 +9,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.plots import plot_accuracy_histogram
+
 from .leaderboard import add_result, load_leaderboard, render_leaderboard, score_submission, write_submission
 from .metrics import DEFAULT_THRESHOLDS
 from .quickstart import register as register_quickstart
@@ -37,6 +40,8 @@ def _bench(args: argparse.Namespace) -> int:
                           {"zoo": str(args.zoo), "config": args.config, "seeds": seeds, "epochs": args.epochs,
                            "thresholds": list(args.thresholds), "seconds": elapsed})
     plot = plot_predictions(result, Path(args.out) / f"{args.config}-predicted-vs-true.png", args.config)
+    histogram = plot_accuracy_histogram(Zoo.open(args.zoo, args.config),
+                                        Path(args.out) / f"{args.config}-accuracy-histogram.png")
     for name, predicted in result.predictions.items():
         submission = write_submission(Path(args.out) / "submissions" / f"{args.config}-{name}.csv", data.test_ids,
                                       predicted)
@@ -44,7 +49,7 @@ def _bench(args: argparse.Namespace) -> int:
             metrics = score_submission(submission, args.zoo, args.config, "test", tuple(args.thresholds))
             add_result(args.leaderboard, name, args.config, "test", metrics, f"stz bench (seed 0) {submission}")
     print(markdown)
-    print(f"{elapsed:.0f} s; wrote {paths['markdown']}, {paths['json']} and {plot}")
+    print(f"{elapsed:.0f} s; wrote {paths['markdown']}, {paths['json']}, {plot} and {histogram}")
     return 0
 
 

@@ -1,8 +1,9 @@
 """`stz quickstart`: the README's main job on the embedded default, end to end.
 
 Builds the MNIST zoo of a preset from the embedded data (reused when already built), finds it again by its short
-name with no network, trains Transformer-NFN to predict test accuracy from weights, prints Kendall's tau by
-accuracy threshold with R^2 and L1, and plots the zoo's accuracy histogram.
+name with no network, trains Transformer-NFN and the five baselines to predict test accuracy from weights (one
+seed), prints Kendall's tau by accuracy threshold with R^2 and L1, and plots the zoo's accuracy histogram and
+each model's predictions.
 """
 
 from __future__ import annotations
@@ -12,29 +13,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
-from .metrics import DEFAULT_THRESHOLDS, scores
-from .model import TransformerNFN, count_parameters
-from .train import TrainConfig, predict, train_predictor
+from .benchmark import (BASE_MODELS, load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
+                        summarize)
+from .metrics import DEFAULT_THRESHOLDS
 
 
 def _header(text: str) -> None:
     print(f"\n== {text}", flush=True)
-
-
-def format_scores(name: str, result: dict) -> str:
-    cells = [f"{result['tau']:.3f}"] + [f"{result[f'tau@{t:g}']:.3f}" for t in DEFAULT_THRESHOLDS]
-    return f"  {name:<18}" + "".join(f"{c:>9}" for c in cells) + f"{result['r2']:>9.3f}{result['l1']:>9.3f}"
-
-
-def score_header() -> str:
-    return f"  {'model':<18}{'tau':>9}" + "".join(f"{f'>={t:g}':>9}" for t in DEFAULT_THRESHOLDS) + \
-        f"{'R^2':>9}{'L1':>9}"
 
 
 def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0) -> int:
@@ -49,34 +39,24 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0) -> int:
     for name, split in splits.items():
         print(f"   {name:<11}{split.num_rows:>6} checkpoints of {split.features['params'].length:,} parameters")
 
-    _header(f"3. Transformer-NFN predicts test accuracy from the weights ({epochs} epochs, seed {seed})")
-    zoo = Zoo.open(out, config)
-    data = {}
-    for split in ("train", "validation", "test"):
-        weights = zoo.split_weights(split)
-        keep = zoo.select(split)
-        data[split] = (weights.rows(keep), weights.labels()[torch.from_numpy(keep)])
-    torch.manual_seed(seed)
-    model = TransformerNFN(zoo.spec)
-    print(f"   {count_parameters(model):,} parameters; train {len(data['train'][1])}, validation "
-          f"{len(data['validation'][1])}, test {len(data['test'][1])} checkpoints (diverged runs left out)")
-    bar = tqdm(total=epochs, desc="   NFN epochs", unit="epoch", file=sys.stderr)
-    result = train_predictor(model, zoo.spec, data["train"], data["validation"],
-                             TrainConfig(epochs=epochs, warmup_epochs=max(1, epochs // 10), seed=seed),
-                             progress=lambda record: (bar.update(1), bar.set_postfix(val_tau=f"{record['validation_tau']:.3f}")))
+    _header(f"3. Transformer-NFN and the baselines predict test accuracy from the weights (seed {seed})")
+    data = load_bench_data(out, config)
+    print(f"   train {len(data.splits['train'][1])}, validation {len(data.splits['validation'][1])}, test "
+          f"{len(data.splits['test'][1])} checkpoints (diverged runs left out); neural models: {epochs} epochs")
+    models = model_specs(BASE_MODELS)
+    bar = tqdm(total=len(models), desc="   models", unit="model", file=sys.stderr)
+    result = run_benchmark(data, models, [seed], epochs,
+                           on_done=lambda name, _, row: (bar.update(1), bar.set_postfix_str(f"{name}: tau {row['tau']:.3f}")))
     bar.close()
-    predicted = predict(result.model, data["test"][0], zoo.spec)
-    table = scores(predicted, data["test"][1].numpy())
-    print(f"\n   Kendall's tau on the test split (all checkpoints, then true accuracy >= threshold), R^2, L1;"
-          f" best epoch {result.best_epoch} by validation tau")
-    print(score_header())
-    print(format_scores("Transformer-NFN", table))
-    counts = ", ".join(f">={t:g}: {table[f'n@{t:g}']}" for t in DEFAULT_THRESHOLDS)
-    print(f"   test checkpoints: all {table['n']}, {counts}")
+    print()
+    print(render_markdown(summarize(result), DEFAULT_THRESHOLDS, 1, config))
+    figure = plot_predictions(result, out / "plots" / f"{config}-predicted-vs-true.png", config)
 
     _header("4. plots")
+    zoo = Zoo.open(out, config)
     path = plot_accuracy_histogram(zoo, out / "plots" / f"{config}-accuracy-histogram.png")
     print(f"   accuracy histogram per checkpoint epoch: {path}")
+    print(f"   predicted against true accuracy per model: {figure}")
     spread = np.asarray([r for s in zoo.splits for r in zoo.metadata(s).column("test_accuracy").to_pylist()])
     print(f"   test accuracy across the zoo: min {spread.min():.3f}, median {np.median(spread):.3f}, "
           f"max {spread.max():.3f}")

@@ -98,3 +98,22 @@ def test_group_acts_on_multi_channel_batches() -> None:
         before = weights.blocks[b]
         qk_before = before.W_q @ before.W_k.transpose(-1, -2)
         assert torch.allclose(one.W_q @ one.W_k.transpose(-1, -2), qk_before[:, :, g.blocks[b].sigma], atol=1e-10)
+
+
+def test_group_action_keeps_the_logits_of_tiny_zoo_checkpoints(tmp_path) -> None:
+    """The same check on checkpoints that the builders trained (the `tiny` MNIST zoo), in float64."""
+    from builders.build import run_build
+    from small_transformer_zoo import Zoo
+
+    run_build("mnist", "tiny", tmp_path, progress=False, log=lambda *_: None)
+    zoo = Zoo.open(tmp_path, "mnist-tiny")
+    weights, rows = zoo.weight_space("train", best_only=True)
+    x = _inputs(zoo.spec, 8, torch.Generator().manual_seed(4))
+    weights = weights.to(torch.float64)
+    for index in range(min(3, weights.batch_size)):
+        model = ZooTransformer(zoo.spec).double().eval()
+        model.load_state_dict(weights.state_dict(index))
+        g = sample_group_element(zoo.spec, torch.Generator().manual_seed(index), condition_number=10.0)
+        with torch.no_grad():
+            moved = _transformed(model, g.act_on_state_dict(model.state_dict(), zoo.spec))(x)
+            assert (moved - model(x)).abs().max().item() <= 1e-9
