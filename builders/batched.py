@@ -9,7 +9,6 @@ whole trainer, against torch.optim and `ZooTransformer` run one model at a time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch

@@ -86,7 +86,7 @@ def stratified_sample(runs: list[Run], count: int) -> list[Run]:
     by_optimizer = {o: [r for r in runs if r.optimizer == o] for o in OPTIMIZERS}
     per = math.ceil(count / len(OPTIMIZERS))
     picked = []
-    for optimizer, pool in by_optimizer.items():
+    for pool in by_optimizer.values():
         # A fixed stride through the grid order with a coprime step visits every hyperparameter often.
         step = next(s for s in range(len(pool) // per, len(pool)) if math.gcd(s, len(pool)) == 1) if per < len(pool) else 1
         picked += [pool[(i * step) % len(pool)] for i in range(min(per, len(pool)))]

@@ -17,6 +17,7 @@ import torch
 
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.plots import pyplot, save_figure
 
 from .baselines import TREE_MODELS, FlatPredictor, fit_tree
 from .metrics import DEFAULT_THRESHOLDS, scores
@@ -154,11 +155,7 @@ def render_markdown(summary: dict[str, dict[str, dict[str, float]]], thresholds:
 
 def plot_predictions(result: BenchResult, path: str | os.PathLike[str], config: str) -> Path:
     """Predicted against true test accuracy, one panel per model (the paper's Figure 2)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(result.predictions)
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
@@ -173,13 +170,7 @@ def plot_predictions(result: BenchResult, path: str | os.PathLike[str], config: 
         axis.set_ylabel("predicted")
     for axis in list(axes.flat)[len(names):]:
         axis.axis("off")
-    figure.suptitle(f"{config}: predicted against true accuracy (first seed)")
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, f"{config}: predicted against true accuracy (first seed)", path)
 
 
 def write_results(out: Path, config: str, summary: dict, result: BenchResult, markdown: str,

@@ -4,19 +4,37 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .reader import Zoo
 
 
-def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
-    """Test-accuracy histogram per checkpoint epoch (and the best checkpoints), all splits: the paper's Figure 1."""
+def pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(figure: Any, title: str, path: str | os.PathLike[str]) -> Path:
+    """Title, lay out, write as PNG (folders made as needed) and close a figure."""
+    figure.suptitle(title)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    pyplot().close(figure)
+    return path
+
+
+def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
+    """Test-accuracy histogram per checkpoint epoch (and the best checkpoints), all splits: the paper's Figure 1."""
+    plt = pyplot()
     rows = [r for split in zoo.splits for r in zoo.metadata(split).select(["epoch", "is_best", "test_accuracy",
                                                                            "diverged"]).to_pylist()]
     groups: dict[str, list[float]] = {}
@@ -32,10 +50,4 @@ def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
         axis.set_title(f"{name} (n={len(groups[name])})")
         axis.set_xlabel("test accuracy")
     axes[0][0].set_ylabel("checkpoints")
-    figure.suptitle(f"{zoo.config}: test accuracy by checkpoint epoch")
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, f"{zoo.config}: test accuracy by checkpoint epoch", path)

@@ -3,7 +3,6 @@ and whole `tiny` builds: resumed after a real kill, sharded and merged, and refu
 
 import gzip
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -11,7 +11,6 @@ from safetensors import safe_open
 
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, mnist_spec
 from small_transformer_zoo.model import ZooTransformer
-from small_transformer_zoo.weight_space import pack_state_dict
 
 
 def _write_models(root: Path, runs: int = 8, shard_size: int = 3) -> dict[str, dict[str, torch.Tensor]]:
