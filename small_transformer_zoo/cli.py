@@ -15,7 +15,7 @@ from tqdm import tqdm
 from .architecture import mnist_spec, text_spec
 from .errors import ZooFormatError
 from .reader import Zoo
-from .root_card import list_configs
+from .root_card import list_configs, render_card, write_root_card
 
 
 def _zoos(root: str, config: str | None) -> list[Zoo]:
@@ -80,6 +80,17 @@ def cmd_import_original(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_card(args: argparse.Namespace) -> int:
+    if args.print:
+        print(render_card(args.root))
+        return 0
+    if not list_configs(args.root):
+        raise ZooFormatError(args.root, "holds no zoo config (no <config>/zoo.json)")
+    write_root_card(args.root)
+    print(f"wrote {Path(args.root) / 'README.md'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
                                                              "benchmark zoos of trained transformers.")
@@ -95,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("root")
     verify.add_argument("--config")
     verify.set_defaults(func=cmd_verify)
+
+    card = sub.add_parser("card", help="render the Hub dataset card (README.md) of a zoo root")
+    card.add_argument("root")
+    card.add_argument("--print", action="store_true", help="print the card instead of writing README.md")
+    card.set_defaults(func=cmd_card)
 
     imp = sub.add_parser("import-original", help="convert the original release layout (CSV + .pt files)")
     imp.add_argument("source", help="folder with metadata/<name>.csv and the .pt checkpoint files")

@@ -1,4 +1,8 @@
-"""The zoo root's README.md front matter: `configs:` so plain `datasets.load_dataset(root, cfg)` reads metadata."""
+"""The zoo root's README.md: the Hub dataset card, filled in from the root's configs.
+
+Its YAML `configs:` lists every config's metadata Parquet per split, so plain `datasets.load_dataset(root, cfg)`
+reads the metadata; the body carries real counts and accuracy statistics. Writers refresh it after every build.
+"""
 
 from __future__ import annotations
 
@@ -33,15 +37,56 @@ def configs_yaml(configs: list[str]) -> str:
     return "\n".join(lines)
 
 
+def size_category(checkpoints: int) -> str:
+    """The Hub's size category for a number of rows."""
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if checkpoints < limit:
+            return name
+    return "1M<n<10M"
+
+
+def config_table(root: Path, configs: list[str]) -> str:
+    """One row per config with its real counts and accuracy statistics."""
+    from .reader import Zoo
+
+    lines = ["| config | task | parameters | runs | checkpoints | train / validation / test | diverged | "
+             "test accuracy min / median / max |", "|---|---|---|---|---|---|---|---|"]
+    for config in configs:
+        summary = Zoo.open(root, config).summary()
+        splits = summary["splits"]
+        accuracy = [v for s in splits.values() for v in (s["test_accuracy"]["min"], s["test_accuracy"]["max"])
+                    if v is not None]
+        medians = [s["test_accuracy"]["median"] for s in splits.values() if s["test_accuracy"]["median"] is not None]
+        stats = (f"{min(accuracy):.3f} / {sorted(medians)[len(medians) // 2]:.3f} / {max(accuracy):.3f}"
+                 if accuracy else "-")
+        task = summary["task"].get("name", "?") if isinstance(summary["task"], dict) else "?"
+        lines.append(f"| `{config}` | {task} | {summary['n_params']:,} | {summary['runs']:,} | "
+                     f"{summary['checkpoints']:,} | "
+                     + " / ".join(f"{splits[s]['checkpoints']:,}" for s in SPLIT_NAMES if s in splits)
+                     + f" | {sum(s['diverged'] for s in splits.values()):,} | {stats} |")
+    return "\n".join(lines)
+
+
+def render_card(root: str | os.PathLike[str]) -> str:
+    """The Hub dataset card of a zoo root: the package's template filled with the root's configs and counts."""
+    from importlib.resources import files
+
+    root = Path(root)
+    configs = list_configs(root)
+    template = files("small_transformer_zoo").joinpath("dataset_card.md").read_text()
+    total = sum(json.loads((root / c / MANIFEST_NAME).read_text())["counts"]["checkpoints"] for c in configs)
+    text = (template.replace("{{size_category}}", size_category(total))
+            .replace("configs:\n{{configs}}", configs_yaml(configs))
+            .replace("{{config_table}}", config_table(root, configs) if configs else "(none yet)"))
+    head, body = text.split("\n---\n", 1)
+    return f"{head}\n---\n{GENERATED_MARK}\n{body}"
+
+
 def write_root_card(root: str | os.PathLike[str]) -> None:
-    """Write a minimal card with `configs:` for every config, unless the user has written their own README."""
+    """Write the root's README.md card, unless the user has written their own README there."""
     root = Path(root)
     readme = root / "README.md"
     if readme.exists() and GENERATED_MARK not in readme.read_text(errors="replace"):
         log.warning("%s was not written by small-transformer-zoo; leaving it alone", readme)
         return
-    configs = list_configs(root)
-    body = "\n".join(f"- `{c}`" for c in configs)
-    text = (f"---\n{configs_yaml(configs)}\n---\n{GENERATED_MARK}\n\n# Small Transformer Zoo\n\n"
-            f"Zoo configs in this folder:\n\n{body}\n")
-    atomic_write_bytes(readme, text.encode())
+    atomic_write_bytes(readme, render_card(root).encode())

@@ -1,0 +1,38 @@
+"""The dataset card: valid YAML front matter with configs for every config and split, real counts in the body."""
+
+from pathlib import Path
+
+import yaml
+
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.cli import main
+from small_transformer_zoo.root_card import GENERATED_MARK, render_card
+from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+
+def _front_matter(text: str) -> dict:
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("\n---\n", 1)[0][4:])
+
+
+def test_card_lists_every_config_and_split_with_real_counts(tmp_path: Path) -> None:
+    write_synthetic_zoo(tmp_path, "alpha", runs=10, register=False)
+    write_synthetic_zoo(tmp_path, "beta", runs=30, seed=3, register=False)
+    card = (tmp_path / "README.md").read_text()
+    meta = _front_matter(card)
+    assert [c["config_name"] for c in meta["configs"]] == ["alpha", "beta"]
+    assert meta["configs"][1]["data_files"][2] == {"split": "test", "path": "beta/metadata/test.parquet"}
+    assert meta["size_categories"] == ["n<1K"] and meta["license"] == "mit"
+    beta = Zoo.open(tmp_path, "beta").manifest["counts"]
+    assert f"| `beta` | synthetic | 18,506 | 30 | {beta['checkpoints']:,} | " \
+           f"{beta['train']:,} / {beta['validation']:,} / {beta['test']:,} |" in card
+    assert GENERATED_MARK in card and "{{" not in card
+
+
+def test_stz_card_rewrites_but_never_clobbers_a_users_readme(tmp_path: Path) -> None:
+    write_synthetic_zoo(tmp_path, "alpha", runs=4, register=False)
+    assert main(["card", str(tmp_path)]) == 0
+    assert (tmp_path / "README.md").read_text() == render_card(tmp_path)
+    (tmp_path / "README.md").write_text("# my own notes\n")
+    write_synthetic_zoo(tmp_path, "beta", runs=4, register=False)
+    assert (tmp_path / "README.md").read_text() == "# my own notes\n"
