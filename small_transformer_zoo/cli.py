@@ -91,6 +91,14 @@ def cmd_card(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    from .push import push_zoo
+
+    sha = push_zoo(args.root, args.repo_id, private=args.private, revision=args.revision)
+    print(f"pushed {args.root} to dataset {args.repo_id} (commit {sha})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
                                                              "benchmark zoos of trained transformers.")
@@ -111,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("root")
     card.add_argument("--print", action="store_true", help="print the card instead of writing README.md")
     card.set_defaults(func=cmd_card)
+
+    push = sub.add_parser("push", help="upload a verified zoo root, card included, to a Hub dataset repo")
+    push.add_argument("root")
+    push.add_argument("repo_id")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--revision", help="branch to push to (default: main)")
+    push.set_defaults(func=cmd_push)
 
     imp = sub.add_parser("import-original", help="convert the original release layout (CSV + .pt files)")
     imp.add_argument("source", help="folder with metadata/<name>.csv and the .pt checkpoint files")

@@ -1,17 +1,22 @@
 """A Hugging Face Hub stand-in on 127.0.0.1 that serves dataset repos from local folders (a test fixture).
 
 It speaks the part of the Hub's file API that `huggingface_hub` 2.x and `datasets` 5.x use to read a dataset
-repo (SPEC section 6): resolve (HEAD/GET with Range), repo info, tree listing and paths-info. Every revision of a
-repo is a snapshot folder with a fixed 40-hex commit sha. Requests are logged so tests can check what was fetched.
+repo (SPEC section 6): resolve (HEAD/GET with Range), repo info, tree listing and paths-info; and, for
+`upload_folder`, repo creation, preupload, the LFS batch / upload / verify calls and the NDJSON commit. Every
+revision of a repo is a snapshot folder with a fixed 40-hex commit sha; LFS objects already stored are not asked
+for again. Requests are logged so tests can check what was fetched or uploaded.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,6 +71,10 @@ class HubServer:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str, str | None]] = []
+        self.storage = Path(tempfile.mkdtemp(prefix="stz-hub-"))
+        self.lfs: dict[str, Path] = {}
+        self.fail_next_commit = False
+        self._snapshots = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -90,6 +99,30 @@ class HubServer:
     def __exit__(self, *_: Any) -> None:
         self._server.shutdown()
         self._server.server_close()
+        shutil.rmtree(self.storage, ignore_errors=True)
+
+    def commit(self, repo_id: str, revision: str, operations: list[dict[str, Any]]) -> str:
+        """Apply an upload commit: a new snapshot folder from the revision's files plus the operations."""
+        repo = self.repos.setdefault(repo_id, Repo())
+        base = repo.resolve(revision)
+        self._snapshots += 1
+        folder = self.storage / "snapshots" / str(self._snapshots)
+        if base is not None:
+            shutil.copytree(base.folder, folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for op in operations:
+            target = folder / op["path"]
+            if op["key"] == "file":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(base64.b64decode(op["content"]))
+            elif op["key"] == "lfsFile":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.lfs[op["oid"]], target)
+            elif op["key"] == "deletedFile":
+                target.unlink(missing_ok=True)
+            elif op["key"] == "deletedFolder":
+                shutil.rmtree(target, ignore_errors=True)
+        return self.add_dataset(repo_id, folder, revision)
 
     def log(self, method: str, path: str, range_header: str | None) -> None:
         with self._lock:
@@ -215,11 +248,110 @@ class HubServer:
                     return self._json([self._entry(revision, n, expand) for n in names])
                 self._error(404, "EntryNotFound", f"no route for GET {url.path}")
 
+            def _body(self) -> bytes:
+                """The request body, plain or with chunked transfer encoding."""
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def do_PUT(self) -> None:
+                url = urlsplit(self.path)
+                server.log("PUT", url.path, None)
+                body = self._body()
+                match = re.match(r"^/lfs-upload/([0-9a-f]{64})$", url.path)
+                if not match:
+                    return self._error(404, "EntryNotFound", f"no route for PUT {url.path}")
+                oid = match.group(1)
+                if hashlib.sha256(body).hexdigest() != oid:
+                    return self._error(400, "BadRequest", "content does not match its sha256")
+                path = server.storage / "lfs" / oid
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(body)
+                server.lfs[oid] = path
+                self._send(200)
+
+            def _upload_routes(self, url: Any, body: bytes) -> bool:
+                """Repo creation, preupload, LFS batch and verify, and commit; True when handled."""
+                if url.path == "/api/validate-yaml":
+                    import yaml
+
+                    content = json.loads(body or b"{}").get("content", "")
+                    try:
+                        yaml.safe_load(content.split("\n---\n", 1)[0].removeprefix("---\n"))
+                        self._json({"errors": [], "warnings": []})
+                    except yaml.YAMLError as exc:
+                        self._json({"errors": [{"message": str(exc)}], "warnings": []}, status=400)
+                    return True
+                if url.path == "/api/repos/create":
+                    form = json.loads(body or b"{}")
+                    repo_id = f"{form['organization']}/{form['name']}" if form.get("organization") else form["name"]
+                    if repo_id in server.repos:  # the Hub answers 409 with the repo's url
+                        self._send(409, json.dumps({"error": "You already created this dataset repo",
+                                                    "url": f"{server.endpoint}/datasets/{repo_id}"}).encode(),
+                                   {"Content-Type": "application/json", "X-Error-Code": "RepoExists"})
+                    else:
+                        folder = server.storage / "empty" / repo_id
+                        folder.mkdir(parents=True, exist_ok=True)
+                        server.add_dataset(repo_id, folder)
+                        self._json({"url": f"{server.endpoint}/datasets/{repo_id}", "name": repo_id, "id": repo_id})
+                    return True
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)/preupload/([^/]+)$", url.path)
+                if match:
+                    files = json.loads(body or b"{}").get("files", [])
+                    self._json({"files": [{"path": f["path"], "shouldIgnore": False,
+                                           "uploadMode": "lfs" if f["path"].endswith((".safetensors", ".parquet"))
+                                           else "regular"} for f in files]})
+                    return True
+                match = re.match(r"^/datasets/([^/]+/[^/]+)\.git/info/lfs/objects/batch$", url.path)
+                if match:
+                    objects = []
+                    for obj in json.loads(body or b"{}").get("objects", []):
+                        entry = {"oid": obj["oid"], "size": obj["size"]}
+                        if obj["oid"] not in server.lfs:
+                            entry["actions"] = {"upload": {"href": f"{server.endpoint}/lfs-upload/{obj['oid']}"},
+                                                "verify": {"href": f"{server.endpoint}/lfs-verify/{obj['oid']}"}}
+                        objects.append(entry)
+                    self._json({"transfer": "basic", "objects": objects})
+                    return True
+                match = re.match(r"^/lfs-verify/([0-9a-f]{64})$", url.path)
+                if match:
+                    if match.group(1) in server.lfs:
+                        self._json({"ok": True})
+                    else:
+                        self._error(404, "EntryNotFound", "object not uploaded")
+                    return True
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)/commit/([^/]+)$", url.path)
+                if match:
+                    if server.fail_next_commit:
+                        server.fail_next_commit = False
+                        self._error(500, "InternalError", "commit failed (test fault)")
+                        return True
+                    lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+                    operations = [{"key": line["key"], **line["value"]} for line in lines if line["key"] != "header"]
+                    missing = [op["oid"] for op in operations if op["key"] == "lfsFile" and op["oid"] not in server.lfs]
+                    if missing:
+                        self._error(400, "BadRequest", f"LFS objects not uploaded: {missing[:3]}")
+                        return True
+                    sha = server.commit(match.group(1), unquote(match.group(2)), operations)
+                    self._json({"commitUrl": f"{server.endpoint}/datasets/{match.group(1)}/commit/{sha}",
+                                "commitOid": sha, "pullRequestUrl": None})
+                    return True
+                return False
+
             def do_POST(self) -> None:
                 url = urlsplit(self.path)
                 server.log("POST", url.path, None)
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = self._body()
+                if self._upload_routes(url, body):
+                    return
                 match = re.match(r"^/api/datasets/([^/]+/[^/]+)/paths-info/([^/]+)$", url.path)
                 if not match:
                     return self._error(404, "EntryNotFound", f"no route for POST {url.path}")
