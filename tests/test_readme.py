@@ -41,3 +41,34 @@ def test_readme_example_runs(index: int, readme_dir: Path, hub: HubServer, stz_h
     hub.add_dataset(DEFAULT_REPO_ID, readme_dir / "stz-out")
     code = EXAMPLES[index].replace('"mnist-mini"', '"mnist-tiny"')
     exec(compile(code, f"README.md example {index + 1}", "exec"), {"__name__": "__readme__"})
+
+
+def _command_lines() -> list[str]:
+    """Every `stz ...` command in the README's shell examples and inline code (table rows are syntax summaries)."""
+    text = README.replace("\\\n", " ")
+    prose = "\n".join(line for line in text.splitlines() if not line.startswith("|")).replace("\n", " ")
+    lines = [span for span in re.findall(r"`(stz [^`]+)`", prose) if len(span.split()) > 2]
+    for block in re.findall(r"(?:```bash\n(.*?)```)|((?:^    .*\n)+)", text, flags=re.S | re.M):
+        for line in "".join(block).splitlines():
+            line = line.strip()
+            for part in line.split("&&"):
+                part = part.strip()
+                if part.startswith("stz ") or part.startswith("stz\t"):
+                    lines.append(part.split("  #")[0].strip())
+    return lines
+
+
+def test_every_readme_command_line_is_accepted_by_stz() -> None:
+    """The shell examples name real subcommands and options (parsed by `stz`'s own parser, not run)."""
+    import shlex
+
+    from small_transformer_zoo.cli import build_parser
+
+    commands = _command_lines()
+    assert len(commands) >= 12
+    used = set()
+    for line in commands:
+        argv = shlex.split(line.replace("$SLURM_ARRAY_TASK_ID", "0").replace("$JOB_COMPLETION_INDEX", "0"))[1:]
+        args = build_parser().parse_args(argv)
+        used.add(args.command)
+    assert {"quickstart", "build", "merge", "bench", "score", "leaderboard", "push"} <= used
