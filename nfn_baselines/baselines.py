@@ -20,11 +20,11 @@ QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 TREE_MODELS = ("xgboost", "lightgbm", "random_forest")
 
 
-def component_tensors(weights: TransformerWeights, component: str) -> list[torch.Tensor]:
-    """The component's tensors in state_dict layout, each [batch, ...]."""
-    names = [p.name for p in weights.spec.parameters() if weights.spec.component(p.name) == component]
+def component_tensors(weights: TransformerWeights, components: Sequence[str]) -> dict[str, list[torch.Tensor]]:
+    """Each component's tensors in state_dict layout, each [batch, ...] (one conversion for all components)."""
     tensors = weights.to_state_dicts()
-    return [tensors[name] for name in names]
+    spec = weights.spec
+    return {c: [tensors[p.name] for p in spec.parameters() if spec.component(p.name) == c] for c in components}
 
 
 def statistics(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -64,11 +64,12 @@ class FlatPredictor(nn.Module):
             self.head = nn.Linear(width, 1)
 
     def forward_logits(self, weights: TransformerWeights) -> torch.Tensor:
+        by_component = component_tensors(weights, self.components)
         if self.mode == "mlp":
-            parts = [branch(torch.cat([t.flatten(1) for t in component_tensors(weights, c)], dim=1))
+            parts = [branch(torch.cat([t.flatten(1) for t in by_component[c]], dim=1))
                      for c, branch in self.branches.items()]
             return self.head(torch.cat(parts, dim=1)).squeeze(-1)
-        tensors = [t for c in self.components for t in component_tensors(weights, c)]
+        tensors = [t for c in self.components for t in by_component[c]]
         return self.head(self.body(statistics(tensors))).squeeze(-1)
 
     def forward(self, weights: TransformerWeights) -> torch.Tensor:

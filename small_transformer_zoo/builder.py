@@ -9,7 +9,6 @@ with contiguous range reads, so streaming fetches only the bytes of the rows it 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +23,11 @@ from datasets.utils.file_utils import xopen
 
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
-from .files import sha256_file
 from .manifest import MANIFEST_NAME, load_manifest_text
 from .metadata import COLUMNS, METADATA_SCHEMA
 from .shards import read_header, read_rows
 from .splits import SPLIT_NAMES
-from .verification import is_verified, mark_verified
+from .verification import check_file
 
 ROWS_PER_TABLE = 256
 
@@ -99,21 +97,11 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             local = dl_manager.download({"metadata": metadata_url, "shards": shard_urls})
             if not streaming and self.config.verify != "never":
                 for info, path in zip(shards, local["shards"]):
-                    self._verify_local(path, info)
+                    check_file(path, info["bytes"], info["sha256"], self.config.verify)
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={
                 "metadata": local["metadata"], "shards": local["shards"], "shard_names": [s["path"] for s in shards],
                 "split_shard_names": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
         return generators
-
-    def _verify_local(self, path: str, info: dict[str, Any]) -> None:
-        size = os.path.getsize(path)
-        if size != info["bytes"]:
-            raise ZooFormatError(path, f"size is {size} bytes, the manifest says {info['bytes']}")
-        if self.config.verify == "always" or not is_verified(path, info["sha256"]):
-            digest = sha256_file(path)
-            if digest != info["sha256"]:
-                raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {info['sha256']}")
-            mark_verified(path, digest)
 
     def _generate_tables(self, metadata: str, shards: list[str], shard_names: list[str],
                          split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:

@@ -21,7 +21,7 @@ from .manifest import MANIFEST_NAME, load_manifest
 from .metadata import read_metadata
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, open_header
-from .verification import is_verified, mark_verified
+from .verification import check_file
 from .weight_space import TransformerWeights
 
 Verify = Literal["once", "always", "never"]
@@ -157,20 +157,11 @@ class Zoo:
         info, path = self._shard_info[relpath], self.dir / relpath
         if not path.is_file():
             raise ZooFormatError(path, "weight shard is missing")
-        size = path.stat().st_size
-        if size != info["bytes"]:
-            raise ZooFormatError(path, f"size is {size} bytes, the manifest says {info['bytes']} "
-                                       f"({'truncated' if size < info['bytes'] else 'extra bytes'})")
+        check_file(path, info["bytes"], info["sha256"], verify)
         header = open_header(path)
         if header.rows != info["rows"] or header.n_params != self.spec.n_params:
             raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
                                        f"[{info['rows']}, {self.spec.n_params}]")
-        if verify == "always" or (verify == "once" and not is_verified(path, info["sha256"])):
-            digest = sha256_file(path)
-            if digest != info["sha256"]:
-                raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {info['sha256']}: "
-                                           f"the shard was altered or damaged")
-            mark_verified(path, digest)
         return header
 
     def split_weights(self, split: str, verify: Verify = "once") -> SplitWeights:
@@ -228,13 +219,14 @@ class Zoo:
 
     def verify(self, progress: Callable[[str], None] | None = None) -> list[str]:
         """Check every file's size and sha256 and every metadata reference; return the problems found."""
-        problems = []
+        problems, runs_by_split = [], {}
         for split in self.splits:
             try:
                 table = self.metadata(split)
             except ZooFormatError as exc:
                 problems.append(str(exc))
                 continue
+            runs_by_split[split] = set(table.column("run_id").to_pylist())
             info = self.manifest["metadata"][split]
             digest = sha256_file(self.dir / info["path"])
             if digest != info["sha256"]:
@@ -253,17 +245,8 @@ class Zoo:
             self.extras()
         except ZooFormatError as exc:
             problems.append(str(exc))
-        problems += self._check_runs_in_one_split()
-        return problems
-
-    def _check_runs_in_one_split(self) -> list[str]:
         seen: dict[str, str] = {}
-        problems = []
-        for split in self.splits:
-            try:
-                runs = set(self.metadata(split).column("run_id").to_pylist())
-            except ZooFormatError:
-                continue
+        for split, runs in runs_by_split.items():
             for run in sorted(runs & set(seen))[:3]:
                 problems.append(f"run {run!r} occurs in splits {seen[run]!r} and {split!r}")
             seen.update(dict.fromkeys(runs, split))

@@ -10,7 +10,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from .files import atomic_write_bytes, stz_home
+from .errors import ZooFormatError
+from .files import atomic_write_bytes, sha256_file, stz_home
 
 
 def _stamp_path(path: Path) -> Path:
@@ -37,3 +38,23 @@ def mark_verified(path: str | os.PathLike[str], sha256: str) -> None:
         atomic_write_bytes(_stamp_path(path), _fingerprint(path, sha256).encode())
     except OSError:
         pass  # a read-only home only costs a re-hash next time
+
+
+def check_file(path: str | os.PathLike[str], size: int, sha256: str, mode: str = "once") -> None:
+    """Raise ZooFormatError unless the file has the manifest's size and (per `mode`) sha256.
+
+    "once": hash the first time this machine reads the file and whenever it changes; "always"; "never".
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ZooFormatError(path, "file is missing")
+    actual = path.stat().st_size
+    if actual != size:
+        raise ZooFormatError(path, f"size is {actual} bytes, the manifest says {size} "
+                                   f"({'truncated' if actual < size else 'extra bytes'})")
+    if mode == "always" or (mode == "once" and not is_verified(path, sha256)):
+        digest = sha256_file(path)
+        if digest != sha256:
+            raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {sha256}: "
+                                       f"the file was altered or damaged")
+        mark_verified(path, digest)
