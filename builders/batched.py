@@ -9,6 +9,7 @@ whole trainer, against torch.optim and `ZooTransformer` run one model at a time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -88,39 +89,81 @@ def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inpu
     return _linear(hidden, params["classifier.fc2.weight"], params["classifier.fc2.bias"])
 
 
-class VectorizedOptimizer:
-    """One optimizer kind for M models; `lr` and `l2` are per model, parameters are [M, ...] leaf tensors."""
+class GroupDropout:
+    """Inverted dropout for M models, each with its own rate and generator; one step's masks for every site at once.
 
-    def __init__(self, kind: str, params: list[torch.Tensor], l2: torch.Tensor) -> None:
+    Masks come from 16-bit random integers, four per 64-bit draw (about 3x cheaper than one float uniform per
+    element): a model drops an element with probability round(p * 65536) / 65536 and scales what it keeps by the
+    inverse of the keep probability, so each layer's expected output is unchanged, as with `nn.Dropout`.
+    Models with rate 0 draw nothing, so their random streams are the same as with no dropout at all.
+    """
+
+    def __init__(self, rates: list[float], generators: list[torch.Generator], sites: int) -> None:
+        levels = [round(p * 65536) for p in rates]
+        self.generators, self.sites = generators, sites
+        self.drawing = [m for m, level in enumerate(levels) if level > 0]
+        self.threshold = torch.tensor([level - 32768 for level in levels], dtype=torch.int16)[:, None]
+        self.scale = torch.tensor([65536 / (65536 - level) for level in levels])[:, None]
+        self.masks: torch.Tensor | None = None
+
+    def draw(self, shape: tuple[int, ...]) -> None:
+        """New masks [M, sites, *shape] for the next step."""
+        if not self.drawing:
+            return
+        count = self.sites * math.prod(shape)
+        words = torch.zeros(len(self.generators), -(-count // 4), dtype=torch.int64)
+        for m in self.drawing:
+            torch.randint(-2**63, 2**63 - 1, words.shape[1:], generator=self.generators[m], out=words[m])
+        lanes = words.view(torch.int16)[:, :count]
+        self.masks = torch.where(lanes >= self.threshold, self.scale, 0.0).view(len(self.generators), self.sites, *shape)
+
+    def __call__(self, x: torch.Tensor, site: int) -> torch.Tensor:
+        return x if self.masks is None else x * self.masks[:, site]
+
+
+def packed_views(spec: ArchitectureSpec, packed: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each tensor of M models as a view [M, *shape] into their packed rows [M, n_params].
+
+    Training keeps the rows as the one leaf tensor: autograd gathers every gradient into one [M, n_params]
+    tensor, and the optimizer, the divergence check and checkpointing each touch one tensor instead of 22.
+    """
+    sizes = [info.numel for info in spec.parameters()]
+    pieces = packed.split(sizes, dim=1)
+    return {info.name: piece.view(packed.shape[0], *info.shape) for info, piece in zip(spec.parameters(), pieces)}
+
+
+class VectorizedOptimizer:
+    """One optimizer kind for M models: `params` [M, n] is a leaf tensor, `lr` and `l2` are per model."""
+
+    def __init__(self, kind: str, params: torch.Tensor, l2: torch.Tensor) -> None:
         if kind not in ("sgd", "sgd_momentum", "adam", "rmsprop"):
             raise ValueError(f"unknown optimizer {kind!r}")
-        self.kind, self.params, self.l2 = kind, params, l2
+        self.kind, self.params, self.l2 = kind, params, l2.to(params.dtype)[:, None]
         names = {"sgd": (), "sgd_momentum": ("momentum",), "adam": ("m", "v"), "rmsprop": ("sq",)}[kind]
         # Zero state gives torch's first step exactly: buf = grad, m = 0.1 grad, ...
-        self.state = [{name: torch.zeros_like(p) for name in names} for p in params]
+        self.state = {name: torch.zeros_like(params) for name in names}
         self.steps = torch.zeros(len(l2), dtype=torch.long)
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor, active: torch.Tensor) -> None:
         """Update models where `active` [M] is true with their learning rate `lr` [M]; others stay as they are."""
         self.steps += active.long()
-        t = self.steps.clamp_min(1).to(torch.float64)
-        bias1, bias2_root = 1 - 0.9 ** t, (1 - 0.999 ** t).sqrt()
-        for param, state in zip(self.params, self.state):
-            shape = (-1,) + (1,) * (param.ndim - 1)
-            on = active.view(shape)
-            grad = param.grad + self.l2.view(shape).to(param.dtype) * param
-            if self.kind == "sgd":
-                update = grad
-            elif self.kind == "sgd_momentum":
-                state["momentum"] = torch.where(on, 0.9 * state["momentum"] + grad, state["momentum"])
-                update = state["momentum"]
-            elif self.kind == "adam":
-                state["m"] = torch.where(on, state["m"].lerp(grad, 0.1), state["m"])
-                state["v"] = torch.where(on, state["v"] * 0.999 + 0.001 * grad * grad, state["v"])
-                b1, b2 = bias1.to(param.dtype).view(shape), bias2_root.to(param.dtype).view(shape)
-                update = (state["m"] / b1) / (state["v"].sqrt() / b2 + 1e-8)
-            else:
-                state["sq"] = torch.where(on, state["sq"] * 0.99 + 0.01 * grad * grad, state["sq"])
-                update = grad / (state["sq"].sqrt() + 1e-8)
-            param.sub_(torch.where(on, lr.view(shape).to(param.dtype) * update, torch.zeros_like(param)))
+        on = active[:, None]
+        param, state = self.params, self.state
+        grad = param.grad + self.l2 * param
+        if self.kind == "sgd":
+            update = grad
+        elif self.kind == "sgd_momentum":
+            state["momentum"] = torch.where(on, 0.9 * state["momentum"] + grad, state["momentum"])
+            update = state["momentum"]
+        elif self.kind == "adam":
+            t = self.steps.clamp_min(1).to(torch.float64)
+            bias1 = (1 - 0.9 ** t).to(param.dtype)[:, None]
+            bias2_root = (1 - 0.999 ** t).sqrt().to(param.dtype)[:, None]
+            state["m"] = torch.where(on, state["m"].lerp(grad, 0.1), state["m"])
+            state["v"] = torch.where(on, state["v"] * 0.999 + 0.001 * grad * grad, state["v"])
+            update = (state["m"] / bias1) / (state["v"].sqrt() / bias2_root + 1e-8)
+        else:
+            state["sq"] = torch.where(on, state["sq"] * 0.99 + 0.01 * grad * grad, state["sq"])
+            update = grad / (state["sq"].sqrt() + 1e-8)
+        param.sub_(torch.where(on, lr.to(param.dtype)[:, None] * update, 0.0))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from small_transformer_zoo.writer import ZooWriter
 
 from .data import FASHION_MNIST_DIR, TaskData, load_embedded_mnist, load_idx_folder
 from .grid import PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_groups
-from .trainer import BATCH_SIZE, Checkpoint, train_group
+from .trainer import Checkpoint, train_groups
 
 PLAN_NAME = "plan.json"
 
@@ -42,6 +41,7 @@ class BuildPlan:
     config: str
     epochs: int
     checkpoint_epochs: list[int]
+    batch_size: int
     runs: int
     groups: int
     architecture: dict[str, Any]
@@ -91,7 +91,7 @@ def make_plan(task: str, preset: Preset, data: TaskData, spec: ArchitectureSpec)
     runs = preset_runs(task, preset)
     all_groups = groups(runs, preset.group_size)
     plan = BuildPlan(task, preset.name, config_name(task, preset.name), preset.epochs, checkpoint_epochs(preset.epochs),
-                     len(runs), len(all_groups), spec.to_dict(), data.source.get("sha256", ""))
+                     preset.batch_size, len(runs), len(all_groups), spec.to_dict(), data.source.get("sha256", ""))
     return plan, all_groups
 
 
@@ -197,7 +197,8 @@ def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path
     mine = shard_groups(all_groups, num_shards, shard_index)
     cost = estimate_cost(plan, data, spec, [r for g in mine for r in g])
     log(f"plan: task {task}, preset {preset_name}, config {plan.config}: {plan.runs} runs in {plan.groups} groups, "
-        f"{plan.epochs} epochs, checkpoints at epochs {plan.checkpoint_epochs} and the best; data: "
+        f"{plan.epochs} epochs of batches of {plan.batch_size}, checkpoints at epochs {plan.checkpoint_epochs} and the "
+        f"best; data: "
         f"{data.source.get('from')} ({len(data.train_y)} train, {len(data.validation_y)} validation, "
         f"{len(data.test_y)} test)")
     log(f"this {'shard' if num_shards > 1 else 'build'}: {len(mine)} groups, {cost['runs']} runs, "
@@ -213,7 +214,7 @@ def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path
     todo = [g for g in mine if not (parts / f"{group_id(g)}.json").is_file()]
     if len(todo) < len(mine):
         log(f"resuming: {len(mine) - len(todo)} of {len(mine)} groups already trained")
-    train = executor or _train_locally
+    train = executor or local_executor()
     train(todo, data, spec, plan, parts, progress)
     if num_shards > 1:
         log(f"shard {shard_index} of {num_shards} done; join the shards with `stz merge`")
@@ -224,19 +225,23 @@ def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path
     return manifest
 
 
-def _train_locally(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: BuildPlan, parts: Path,
-                   progress: bool) -> None:
-    from tqdm import tqdm
+def local_executor(workers: int | None = None) -> Callable[..., None]:
+    """Train the groups on this machine, `workers` at a time (default: one per core), saving each as it finishes."""
+    def execute(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: BuildPlan, parts: Path,
+                progress: bool) -> None:
+        from tqdm import tqdm
 
-    total_steps = sum(plan.epochs * math.ceil(max(round(r.train_fraction * len(data.train_y)) for r in g) / BATCH_SIZE)
-                      for g in todo)
-    with tqdm(total=total_steps, desc="training", unit="step", disable=not progress, file=sys.stderr) as bar:
-        for index, group in enumerate(todo, start=1):
-            bar.set_postfix_str(f"group {index}/{len(todo)} ({group[0].optimizer}, {len(group)} runs)")
-            started = time.perf_counter()
-            checkpoints = train_group(group, data, spec, plan.epochs, plan.checkpoint_epochs, on_step=lambda: bar.update(1))
-            save_part(parts, group_id(group), checkpoints)
-            bar.write(f"group {group_id(group)}: {len(group)} runs in {time.perf_counter() - started:.1f} s")
+        total_steps = sum(plan.epochs * math.ceil(max(round(r.train_fraction * len(data.train_y)) for r in g)
+                                                  / plan.batch_size) for g in todo)
+        with tqdm(total=total_steps, desc="training", unit="step", disable=not progress, file=sys.stderr) as bar:
+            finished = train_groups(todo, data, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size, workers,
+                                    on_step=lambda: bar.update(1))
+            for index, (group, checkpoints, seconds) in enumerate(finished, start=1):
+                save_part(parts, group_id(group), checkpoints)
+                bar.write(f"group {index}/{len(todo)} {group_id(group)} ({group[0].optimizer}, {len(group)} runs): "
+                          f"{seconds:.1f} s")
+
+    return execute
 
 
 def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, preset_name: str,

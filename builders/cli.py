@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from .build import merge_shards, run_build
+from .build import local_executor, merge_shards, run_build
 from .grid import PRESETS, TASKS
 
 
 def _build(args: argparse.Namespace) -> int:
-    executor = None
     if args.ray:
         from .distributed import ray_executor
 
         executor = ray_executor(args.ray_address)
+    else:
+        executor = local_executor(args.workers)
     result = run_build(args.task, args.preset, args.out, args.data_dir, args.num_shards, args.shard_index,
                        args.dry_run, progress=not args.no_progress, executor=executor)
     if args.dry_run:
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards")
     build.add_argument("--shard-index", type=int, default=0, help="which shard this process trains (0-based)")
     build.add_argument("--dry-run", action="store_true", help="print the plan and its cost, train nothing")
+    build.add_argument("--workers", type=int, help="groups trained at a time on this machine (default: one per core)")
     build.add_argument("--ray", action="store_true", help="train the groups as tasks on a Ray cluster")
     build.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
     build.add_argument("--no-progress", action="store_true")

@@ -18,9 +18,9 @@ from .grid import Run, group_id
 from .trainer import Checkpoint, train_group
 
 
-def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, epochs: int,
-                checkpoint_epochs: list[int]) -> list[Checkpoint]:
-    return train_group(group, data, spec, epochs, checkpoint_epochs)
+def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, epochs: int, checkpoint_epochs: list[int],
+                batch_size: int) -> list[Checkpoint]:
+    return train_group(group, data, spec, epochs, checkpoint_epochs, batch_size=batch_size)
 
 
 def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Callable[..., None]:
@@ -40,7 +40,7 @@ def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Cal
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         remote = ray.remote(_train_task)
         data_ref = ray.put(data)
-        pending = {remote.remote(g, data_ref, spec, plan.epochs, plan.checkpoint_epochs): g for g in todo}
+        pending = {remote.remote(g, data_ref, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size): g for g in todo}
         with tqdm(total=len(todo), desc="ray tasks", unit="group", disable=not progress, file=sys.stderr) as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from builders.batched import GroupDropout
 from builders.build import run_build
 from builders.data import load_embedded_mnist, load_idx_folder, parse_idx
 from builders.grid import OPTIMIZERS, PRESETS, Run, full_grid, group_id, groups, preset_runs, run_seed, shard_groups
-from builders.trainer import init_params, train_group, train_run_plain
+from builders.trainer import CROP_FILL, init_params, random_crop, train_group, train_run_plain
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
 from tests.conftest import shared_data
@@ -69,15 +70,57 @@ def test_vectorized_training_matches_one_model_at_a_time(small_data, optimizer: 
             for i, fraction in enumerate((1.0, 0.7, 0.9))]
     checkpoints = train_group(runs, small_data, spec, epochs=1, checkpoint_epochs=[1])
     for run in runs:
-        alone = train_run_plain(run, small_data, spec, epochs=1)
+        alone, history = train_run_plain(run, small_data, spec, epochs=1, checkpoint_epochs=[1])
+        final = next(c for c in checkpoints if c.run is run and not c.is_best)
+        assert abs(history[1]["validation_accuracy"] - final.metrics["validation_accuracy"]) <= 1.5 / 64
+        assert abs(history[1]["test_accuracy"] - final.metrics["test_accuracy"]) <= 1.5 / 64
         packed = torch.cat([alone[p.name].reshape(-1) for p in spec.parameters()])
-        together = torch.from_numpy(next(c.params for c in checkpoints if c.run is run and not c.is_best))
+        together = torch.from_numpy(final.params)
         initial = torch.cat([t.reshape(-1) for t in
                              init_params(spec, run.w_init_std, torch.Generator().manual_seed(run.seed)).values()])
         assert (packed - initial).abs().max() > 1e-4, "training must have moved the weights"
         difference = (together - packed).abs()
         assert difference.median() < 1e-7 and (difference > 1e-6).float().mean() < 1e-2, difference.max()
         assert difference.max() < (1e-5 if optimizer.startswith("sgd") else 3 * run.learning_rate)
+
+
+def test_group_dropout_rates_scaling_and_own_streams() -> None:
+    rates = [0.0, 0.05, 0.2]
+    generators = [torch.Generator().manual_seed(seed) for seed in (1, 2, 3)]
+    dropout = GroupDropout(rates, generators, sites=5)
+    dropout.draw((64, 49, 32))
+    masks = dropout.masks.reshape(3, -1)
+    assert masks.shape[1] == 5 * 64 * 49 * 32
+    for m, p in enumerate(rates):
+        kept = masks[m] > 0
+        assert abs(float(kept.float().mean()) - (1 - p)) < 3e-3, (p, float(kept.float().mean()))
+        assert torch.allclose(masks[m][kept], torch.tensor(1 / (1 - round(p * 65536) / 65536)))
+    assert torch.equal(generators[0].get_state(), torch.Generator().manual_seed(1).get_state()), "rate 0 draws nothing"
+    alone = GroupDropout([0.2], [torch.Generator().manual_seed(3)], sites=5)
+    alone.draw((64, 49, 32))
+    assert torch.equal(alone.masks[0], dropout.masks[2]), "a model's masks do not depend on its group"
+    x = torch.ones(3, 64, 49, 32)
+    assert torch.equal(dropout(x, 4), dropout.masks[:, 4])
+
+
+def test_random_crop_pads_with_black() -> None:
+    """torchvision pads the raw image (black) before normalising; the normalised images are padded with -1."""
+    images = torch.ones(2, 1, 28, 28)
+    cropped = random_crop(images, torch.tensor([[0, 0], [4, 2]]))
+    assert (cropped[0, 0, :2] == CROP_FILL).all() and (cropped[0, 0, :, :2] == CROP_FILL).all()
+    assert (cropped[0, 0, 2:, 2:] == 1).all() and (cropped[1, 0, -2:] == CROP_FILL).all()
+    assert (cropped[1, 0, :-2] == 1).all() and CROP_FILL == (0.0 - 0.5) / 0.5
+
+
+def test_a_runs_training_does_not_depend_on_its_group(small_data) -> None:
+    spec = mnist_spec()
+    runs = [Run(f"g-{i}", "adam", 0.8, dropout, 3e-3, 0.3, 1e-6, run_seed(f"g{i}"))
+            for i, dropout in enumerate((0.1, 0.0, 0.2))]
+    together = train_group(runs, small_data, spec, epochs=2, checkpoint_epochs=[2])
+    alone = train_group(runs[2:], small_data, spec, epochs=2, checkpoint_epochs=[2])
+    mine = next(c for c in together if c.run is runs[2] and not c.is_best)
+    assert np.abs(mine.params - alone[0].params).max() < 1e-4
+    assert mine.metrics["test_accuracy"] == pytest.approx(alone[0].metrics["test_accuracy"], abs=1.5 / 64)
 
 
 def test_idx_loader_on_the_real_mnist_test_set() -> None:

@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from huggingface_hub.errors import HfHubHTTPError
 import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
@@ -51,7 +52,7 @@ def test_an_interrupted_push_resumes_without_resending(hub: HubServer, tmp_path:
     hub.requests.clear()
     before = _digests(zoo_copy / "syn")
     hub.fail_next_commit = True
-    with pytest.raises(Exception):
+    with pytest.raises(HfHubHTTPError, match="commit failed"):
         push_zoo(zoo_copy, repo_id)
     assert _digests(zoo_copy / "syn") == before, "a failed push must not touch the local zoo"
     first_uploads = sum(1 for m, p, _ in hub.requests if m == "PUT")
