@@ -10,14 +10,53 @@ whole trainer, against torch.optim and `ZooTransformer` run one model at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
 
 from small_transformer_zoo.architecture import ArchitectureSpec
 
-Dropout = Callable[[torch.Tensor, int], torch.Tensor]
+
+class GroupDropout:
+    """Inverted dropout for M models, each with its own rate and generator; one step's masks for every site at once.
+
+    Masks come from 16-bit random integers, four per 64-bit draw (about 3x cheaper than one float uniform per
+    element): a model drops an element with probability round(p * 65536) / 65536 and scales what it keeps by
+    `scale`, the inverse of the keep probability, so each layer's expected output is unchanged as with
+    `nn.Dropout`. The masks stay boolean; `batched_logits` folds the scale into the (small) weights of the layer
+    before each dropout site, which is the same function and saves a float mask per element. Models with rate 0
+    draw nothing, so their random streams are the same as with no dropout at all.
+    """
+
+    def __init__(self, rates: list[float], generators: list[torch.Generator], sites: int) -> None:
+        levels = [round(p * 65536) for p in rates]
+        self.generators, self.sites = generators, sites
+        self.drawing = [m for m, level in enumerate(levels) if level > 0]
+        self.threshold = torch.tensor([level - 32768 for level in levels], dtype=torch.int16)[:, None]
+        self.scale = torch.tensor([65536 / (65536 - level) for level in levels])
+        self.keep: torch.Tensor | None = None
+
+    def draw(self, shape: tuple[int, ...]) -> None:
+        """New boolean keep masks [M, sites, *shape] for the next step."""
+        if not self.drawing:
+            return
+        count = self.sites * math.prod(shape)
+        # Rows of rate-0 models stay as allocated: their threshold (-32768) keeps every element whatever the bits.
+        words = torch.empty(len(self.generators), -(-count // 4), dtype=torch.int64)
+        for m in self.drawing:
+            torch.randint(-2**63, 2**63 - 1, words.shape[1:], generator=self.generators[m], out=words[m])
+        lanes = words.view(torch.int16)[:, :count]
+        self.keep = (lanes >= self.threshold).view(len(self.generators), self.sites, *shape)
+
+    def scaled(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` [M, ...] times each model's keep scale (unchanged when no model drops anything this step)."""
+        if self.keep is None:
+            return tensor
+        return tensor * self.scale.to(tensor.dtype).view(-1, *[1] * (tensor.ndim - 1))
+
+    def __call__(self, x: torch.Tensor, site: int) -> torch.Tensor:
+        """Zero the dropped elements of `x` (already scaled through `scaled`) at one site."""
+        return x if self.keep is None else torch.where(self.keep[:, site], x, 0.0)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -37,22 +76,24 @@ def _patches(images: torch.Tensor, spec: ArchitectureSpec) -> torch.Tensor:
 
 
 def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inputs: torch.Tensor,
-                   positions: torch.Tensor, dropout: Dropout | None = None,
+                   positions: torch.Tensor, dropout: GroupDropout | None = None,
                    embedding_table: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [M, B, classes] of M models on their own inputs [M, B, ...] (images, or token ids with 0 = padding).
 
-    `dropout(x, site)` applies each model's dropout at one of the `2 * num_blocks + 1` dropout sites.
+    `dropout` applies each model's dropout at the `2 * num_blocks + 1` dropout sites (after the embedding, and
+    after each block's attention and MLP); each site's preceding layer is scaled by `dropout.scaled`.
     """
     m, b = inputs.shape[:2]
     d = spec.d_model
+    scaled = dropout.scaled if dropout is not None else (lambda tensor: tensor)
     padding = None
     if spec.modality == "vision":
         w = params["embedding.patch.weight"].reshape(m, d, -1)
-        tokens = _linear(_patches(inputs, spec), w, params["embedding.patch.bias"]).view(m, b, -1, d)
+        tokens = _linear(_patches(inputs, spec), scaled(w), scaled(params["embedding.patch.bias"])).view(m, b, -1, d)
+        x = tokens + scaled(positions.expand(m, *positions.shape))[:, None, : tokens.shape[2]]
     else:
         padding = inputs.eq(0)
-        tokens = F.embedding(inputs, embedding_table)
-    x = tokens + positions[: tokens.shape[2]]
+        x = scaled(F.embedding(inputs, embedding_table) + positions[: inputs.shape[2]])
     if dropout is not None:
         x = dropout(x, 0)
     length = x.shape[2]
@@ -65,19 +106,18 @@ def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inpu
         flat = F.layer_norm(x, (d,)).reshape(m, b * length, d)
 
         def heads(name: str) -> torch.Tensor:
-            return _linear(flat, params[f"{pre}.attn.{name}.weight"]).view(m, b, length, h, dk).transpose(2, 3)
+            # [M * B, heads, length, d_head] as a strided view: the attention kernel reads it without a copy.
+            return _linear(flat, params[f"{pre}.attn.{name}.weight"]).view(m * b, length, h, dk).transpose(1, 2)
 
-        q, k, v = heads("q_proj"), heads("k_proj"), heads("v_proj")
-        attended = F.scaled_dot_product_attention(
-            q.reshape(m * b, h, length, dk), k.reshape(m * b, h, length, dk), v.reshape(m * b, h, length, dk),
-            attn_mask=attention_keep)
-        attended = attended.view(m, b, h, length, dk).transpose(2, 3).reshape(m, b * length, h * dk)
-        y = _linear(attended, params[f"{pre}.attn.o_proj.weight"]).view(m, b, length, d)
+        attended = F.scaled_dot_product_attention(heads("q_proj"), heads("k_proj"), heads("v_proj"),
+                                                  attn_mask=attention_keep)
+        attended = attended.transpose(1, 2).reshape(m, b * length, h * dk)
+        y = _linear(attended, scaled(params[f"{pre}.attn.o_proj.weight"])).view(m, b, length, d)
         if dropout is not None:
             y = dropout(y, 1 + 2 * i)
         z = F.layer_norm(y, (d,)).reshape(m, b * length, d)
         z = _linear(F.relu(_linear(z, params[f"{pre}.mlp.fc1.weight"], params[f"{pre}.mlp.fc1.bias"])),
-                    params[f"{pre}.mlp.fc2.weight"], params[f"{pre}.mlp.fc2.bias"]).view(m, b, length, d)
+                    scaled(params[f"{pre}.mlp.fc2.weight"]), scaled(params[f"{pre}.mlp.fc2.bias"])).view(m, b, length, d)
         x = dropout(z, 2 + 2 * i) if dropout is not None else z
     x = F.layer_norm(x, (d,))
     if padding is None:
@@ -87,38 +127,6 @@ def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inpu
         pooled = (x * keep).sum(dim=2) / keep.sum(dim=2).clamp_min(1.0)
     hidden = F.relu(_linear(pooled, params["classifier.fc1.weight"], params["classifier.fc1.bias"]))
     return _linear(hidden, params["classifier.fc2.weight"], params["classifier.fc2.bias"])
-
-
-class GroupDropout:
-    """Inverted dropout for M models, each with its own rate and generator; one step's masks for every site at once.
-
-    Masks come from 16-bit random integers, four per 64-bit draw (about 3x cheaper than one float uniform per
-    element): a model drops an element with probability round(p * 65536) / 65536 and scales what it keeps by the
-    inverse of the keep probability, so each layer's expected output is unchanged, as with `nn.Dropout`.
-    Models with rate 0 draw nothing, so their random streams are the same as with no dropout at all.
-    """
-
-    def __init__(self, rates: list[float], generators: list[torch.Generator], sites: int) -> None:
-        levels = [round(p * 65536) for p in rates]
-        self.generators, self.sites = generators, sites
-        self.drawing = [m for m, level in enumerate(levels) if level > 0]
-        self.threshold = torch.tensor([level - 32768 for level in levels], dtype=torch.int16)[:, None]
-        self.scale = torch.tensor([65536 / (65536 - level) for level in levels])[:, None]
-        self.masks: torch.Tensor | None = None
-
-    def draw(self, shape: tuple[int, ...]) -> None:
-        """New masks [M, sites, *shape] for the next step."""
-        if not self.drawing:
-            return
-        count = self.sites * math.prod(shape)
-        words = torch.zeros(len(self.generators), -(-count // 4), dtype=torch.int64)
-        for m in self.drawing:
-            torch.randint(-2**63, 2**63 - 1, words.shape[1:], generator=self.generators[m], out=words[m])
-        lanes = words.view(torch.int16)[:, :count]
-        self.masks = torch.where(lanes >= self.threshold, self.scale, 0.0).view(len(self.generators), self.sites, *shape)
-
-    def __call__(self, x: torch.Tensor, site: int) -> torch.Tensor:
-        return x if self.masks is None else x * self.masks[:, site]
 
 
 def packed_views(spec: ArchitectureSpec, packed: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from builders.batched import GroupDropout
+from builders.batched import GroupDropout, batched_logits, packed_views
 from builders.build import run_build
 from builders.data import load_embedded_mnist, load_idx_folder, parse_idx
 from builders.grid import OPTIMIZERS, PRESETS, Run, full_grid, group_id, groups, preset_runs, run_seed, shard_groups
-from builders.trainer import CROP_FILL, init_params, random_crop, train_group, train_run_plain
+from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group, train_run_plain
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.model import sinusoidal_positions
 from tests.conftest import shared_data
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -89,18 +90,46 @@ def test_group_dropout_rates_scaling_and_own_streams() -> None:
     generators = [torch.Generator().manual_seed(seed) for seed in (1, 2, 3)]
     dropout = GroupDropout(rates, generators, sites=5)
     dropout.draw((64, 49, 32))
-    masks = dropout.masks.reshape(3, -1)
-    assert masks.shape[1] == 5 * 64 * 49 * 32
+    keep = dropout.keep.reshape(3, -1)
+    assert keep.shape[1] == 5 * 64 * 49 * 32
     for m, p in enumerate(rates):
-        kept = masks[m] > 0
-        assert abs(float(kept.float().mean()) - (1 - p)) < 3e-3, (p, float(kept.float().mean()))
-        assert torch.allclose(masks[m][kept], torch.tensor(1 / (1 - round(p * 65536) / 65536)))
+        assert abs(float(keep[m].float().mean()) - (1 - p)) < 3e-3, (p, float(keep[m].float().mean()))
+        assert float(dropout.scale[m]) == pytest.approx(1 / (1 - round(p * 65536) / 65536), rel=1e-7)
     assert torch.equal(generators[0].get_state(), torch.Generator().manual_seed(1).get_state()), "rate 0 draws nothing"
     alone = GroupDropout([0.2], [torch.Generator().manual_seed(3)], sites=5)
     alone.draw((64, 49, 32))
-    assert torch.equal(alone.masks[0], dropout.masks[2]), "a model's masks do not depend on its group"
+    assert torch.equal(alone.keep[0], dropout.keep[2]), "a model's masks do not depend on its group"
     x = torch.ones(3, 64, 49, 32)
-    assert torch.equal(dropout(x, 4), dropout.masks[:, 4])
+    expected = dropout.keep[:, 4] * dropout.scale.view(3, 1, 1, 1)
+    assert torch.equal(dropout(dropout.scaled(x), 4), expected), "inverted dropout: kept elements scaled by 1/(1-p)"
+
+
+def test_dropout_in_the_forward_pass_is_inverted_dropout() -> None:
+    """Folding the keep scale into the layer before each site computes the same function as scaling the output."""
+    spec = mnist_spec()
+    runs = [Run(f"d-{i}", "adam", 1.0, p, 1e-3, 0.3, 0.0, run_seed(f"d{i}")) for i, p in enumerate((0.0, 0.2))]
+    generators = [torch.Generator().manual_seed(r.seed) for r in runs]
+    packed = packed_init(spec, runs, generators).double()
+    params = packed_views(spec, packed)
+    images = torch.randn(2, 8, 1, 28, 28, dtype=torch.float64)
+    positions = sinusoidal_positions(spec.num_tokens, spec.d_model).double()
+    dropout = GroupDropout([r.dropout for r in runs], generators, sites=5)
+    dropout.draw((8, spec.num_tokens, spec.d_model))
+    folded = batched_logits(spec, params, images, positions, dropout)
+
+    class OutputScaled:
+        """Reference: plain inverted dropout, mask times 1/(1-p) applied to each site's output."""
+
+        def __call__(self, x: torch.Tensor, site: int) -> torch.Tensor:
+            return x * dropout.keep[:, site] * dropout.scale.double().view(-1, 1, 1, 1)
+
+        def scaled(self, tensor: torch.Tensor) -> torch.Tensor:
+            return tensor
+
+    reference = batched_logits(spec, params, images, positions, OutputScaled())
+    assert torch.allclose(folded, reference, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(folded[1], batched_logits(spec, params, images, positions)[1], atol=1e-3)
+    assert torch.equal(folded[0], batched_logits(spec, params, images, positions)[0]), "rate 0: no dropout at all"
 
 
 def test_random_crop_pads_with_black() -> None:
