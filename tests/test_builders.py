@@ -241,6 +241,15 @@ def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
     assert first.keys() == merged.keys() and all(torch.equal(first[k], merged[k]) for k in first)
 
 
+def test_one_group_at_a_time_on_every_core_makes_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
+    """The default trains one group per core, one thread each; one group on all cores gives the same weights."""
+    from builders.build import local_executor
+
+    run_build("mnist", "tiny", tmp_path / "serial", progress=False, executor=local_executor(1), log=quiet)
+    first, serial = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "serial", "mnist-tiny")
+    assert first.keys() == serial.keys() and all(torch.equal(first[k], serial[k]) for k in first)
+
+
 def test_bad_build_input_fails_before_training(tiny_build: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown task 'cifar'"):
         run_build("cifar", "tiny", tmp_path, log=quiet)
