@@ -25,7 +25,7 @@ from small_transformer_zoo.files import atomic_write_bytes, atomic_write_json
 from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.writer import ZooWriter
 
-from .data import FASHION_MNIST_DIR, TaskData, load_embedded_mnist, load_idx_folder
+from .data import FASHION_MNIST_DIR, TaskData, hub_repo, load_embedded_mnist, load_hub_images, load_idx_folder
 from .grid import PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_groups
 from .trainer import Checkpoint, train_groups
 
@@ -55,14 +55,21 @@ def config_name(task: str, preset: str) -> str:
     return task if preset == "paper" else f"{task}-{preset}"
 
 
-def load_task_data(task: str, data_dir: str | Path | None, preset: Preset) -> TaskData:
-    """The data a task trains on; errors before any training when files are missing or malformed."""
+def load_task_data(task: str, data_dir: str | Path | None, preset: Preset,
+                   word2vec: str | Path | None = None) -> TaskData:
+    """The data a task trains on; errors before any training when files are missing or malformed.
+    `word2vec`: a pretrained word2vec text file for the AG News embedding instead of the one built from the corpus."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; tasks are {list(TASKS)}")
+    if word2vec is not None and task != "agnews":
+        raise ValueError(f"--word2vec is for the text task agnews, not {task!r}")
+    repo = hub_repo(data_dir)
     if task == "agnews":
         from .text import load_ag_news
 
-        data = load_ag_news(data_dir, max_train=preset.max_train_samples)
+        data = load_ag_news(data_dir, max_train=preset.max_train_samples, word2vec=word2vec)
+    elif repo is not None:
+        data = load_hub_images(repo, task)
     elif task == "fashion_mnist":
         folder = Path(data_dir) if data_dir else FASHION_MNIST_DIR
         if not folder.is_dir():
@@ -186,12 +193,13 @@ def assemble(out: Path, plan: BuildPlan, all_groups: list[list[Run]], part_dirs:
 
 def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path | None = None,
               num_shards: int = 1, shard_index: int = 0, dry_run: bool = False, progress: bool = True,
-              executor: Callable[..., Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+              executor: Callable[..., Any] | None = None, log: Callable[[str], None] = print,
+              word2vec: str | Path | None = None) -> dict[str, Any]:
     """Build (or dry-run) a zoo; with several shards, this call trains one shard's groups and does not assemble."""
     if preset_name not in PRESETS:
         raise ValueError(f"unknown preset {preset_name!r}; presets are {list(PRESETS)}")
     preset, out = PRESETS[preset_name], Path(out)
-    data = load_task_data(task, data_dir, preset)
+    data = load_task_data(task, data_dir, preset, word2vec)
     spec = spec_for(data)
     plan, all_groups = make_plan(task, preset, data, spec)
     mine = shard_groups(all_groups, num_shards, shard_index)
@@ -245,10 +253,10 @@ def local_executor(workers: int | None = None) -> Callable[..., None]:
 
 
 def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, preset_name: str,
-                 data_dir: str | Path | None = None) -> dict[str, Any]:
+                 data_dir: str | Path | None = None, word2vec: str | Path | None = None) -> dict[str, Any]:
     """Join the parts of sharded builds (`--num-shards`) into one zoo under `out`."""
     preset, out = PRESETS[preset_name], Path(out)
-    data = load_task_data(task, data_dir, preset)
+    data = load_task_data(task, data_dir, preset, word2vec)
     spec = spec_for(data)
     plan, all_groups = make_plan(task, preset, data, spec)
     part_dirs = []

@@ -17,14 +17,14 @@ def _build(args: argparse.Namespace) -> int:
     else:
         executor = local_executor(args.workers)
     result = run_build(args.task, args.preset, args.out, args.data_dir, args.num_shards, args.shard_index,
-                       args.dry_run, progress=not args.no_progress, executor=executor)
+                       args.dry_run, progress=not args.no_progress, executor=executor, word2vec=args.word2vec)
     if args.dry_run:
         print(json.dumps(result["cost"], indent=2))
     return 0
 
 
 def _merge(args: argparse.Namespace) -> int:
-    manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir)
+    manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir, args.word2vec)
     print(f"merged {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs into "
           f"{args.out}/{manifest['config']}")
     return 0
@@ -35,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--task", required=True, choices=TASKS)
     build.add_argument("--preset", default="mini", choices=list(PRESETS))
     build.add_argument("--out", required=True, help="zoo root to write")
-    build.add_argument("--data-dir", help="IDX folder (MNIST, Fashion-MNIST) or AG News CSV folder")
+    build.add_argument("--data-dir", help="IDX folder (MNIST, Fashion-MNIST), AG News CSV folder, or "
+                                               "hf://datasets/<repo> to load the task's data from the Hub")
+    build.add_argument("--word2vec", help="agnews: a pretrained word2vec text file (`word v1 v2 ...` per line) for "
+                                          "the embedding, reduced to 32 dims by PCA, instead of one built from the corpus")
     build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards")
     build.add_argument("--shard-index", type=int, default=0, help="which shard this process trains (0-based)")
     build.add_argument("--dry-run", action="store_true", help="print the plan and its cost, train nothing")
@@ -51,4 +54,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("--task", required=True, choices=TASKS)
     merge.add_argument("--preset", default="mini", choices=list(PRESETS))
     merge.add_argument("--data-dir")
+    merge.add_argument("--word2vec", help="the --word2vec file the shards were built with")
     merge.set_defaults(func=_merge)

@@ -68,7 +68,7 @@ def parse_idx(data: bytes, path: Path, expect_dims: int) -> np.ndarray:
     return body.reshape(shape)
 
 
-def _labels_ok(labels: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
+def labels_ok(labels: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
     bad = np.nonzero((labels < 0) | (labels >= num_classes))[0]
     if bad.size:
         raise ZooFormatError(path, f"{bad.size} labels out of range 0..{num_classes - 1}, first at row {bad[0]}: "
@@ -108,9 +108,9 @@ def load_idx_folder(folder: str | Path, name: str) -> TaskData:
         if f"{split}_images" in arrays and len(arrays[f"{split}_images"]) != len(arrays.get(f"{split}_labels", [])):
             raise ZooFormatError(folder, f"{split} images and labels differ in count")
     test_path = parts["test_labels"][1]
-    test_x, test_y = arrays["test_images"], _labels_ok(arrays["test_labels"], 10, test_path)
+    test_x, test_y = arrays["test_images"], labels_ok(arrays["test_labels"], 10, test_path)
     if "train_images" in arrays:
-        train_x, train_y = arrays["train_images"], _labels_ok(arrays["train_labels"], 10, parts["train_labels"][1])
+        train_x, train_y = arrays["train_images"], labels_ok(arrays["train_labels"], 10, parts["train_labels"][1])
         how = "train and t10k files"
     else:
         order = np.random.default_rng(DATA_SEED).permutation(len(test_y))
@@ -141,18 +141,47 @@ def load_embedded_mnist() -> TaskData:
                             "sha256": _digest(images, y)})
 
 
-def load_hub_mnist(name: str = "ylecun/mnist") -> TaskData:
-    """MNIST from the Hugging Face Hub (online only)."""
+HUB_PREFIX = "hf://datasets/"
+
+
+def hub_repo(data_dir: str | Path | None) -> str | None:
+    """The Hub dataset repo named by `--data-dir hf://datasets/<repo>`, or None for a local folder."""
+    text = str(data_dir) if data_dir is not None else ""
+    return text[len(HUB_PREFIX):].strip("/") if text.startswith(HUB_PREFIX) else None
+
+
+def load_hub_split_columns(repo: str, columns: tuple[str, str]) -> dict[str, tuple[list, np.ndarray]]:
+    """The train and test splits of a Hub dataset (online, or from the `datasets` cache), as (inputs, labels)."""
     import datasets
 
-    ds = datasets.load_dataset(name)
-    def to_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
-        part = ds[split].with_format("numpy")
-        return np.stack(part["image"]).astype(np.uint8), np.asarray(part["label"], dtype=np.int64)
-    (train_x, train_y), (test_x, test_y) = to_arrays("train"), to_arrays("test")
-    train_x, train_y, val_x, val_y = split_validation(train_x, train_y)
+    try:
+        loaded = datasets.load_dataset(repo)
+    except Exception as error:  # the Hub client raises many types; name the repo and the cause
+        raise ZooFormatError(None, f"{HUB_PREFIX}{repo}: cannot load it from the Hub ({error})") from error
+    out = {}
+    for split in ("train", "test"):
+        if split not in loaded or any(c not in loaded[split].column_names for c in columns):
+            raise ZooFormatError(None, f"{HUB_PREFIX}{repo}: needs a {split!r} split with columns {list(columns)}")
+        part = loaded[split]
+        out[split] = (part[columns[0]], np.asarray(part[columns[1]], dtype=np.int64))
+    return out
+
+
+def load_hub_images(repo: str, name: str) -> TaskData:
+    """MNIST or Fashion-MNIST from a Hub dataset with `image` and `label` columns (28x28 grey)."""
+    splits = load_hub_split_columns(repo, ("image", "label"))
+    arrays = {}
+    for split, (images, labels) in splits.items():
+        stacked = np.stack([np.asarray(image, dtype=np.uint8) for image in images])
+        if stacked.shape[1:] != (28, 28):
+            raise ZooFormatError(None, f"{HUB_PREFIX}{repo}: {split} images are {stacked.shape[1:]}, not 28x28 grey")
+        arrays[split] = (stacked, labels_ok(labels, 10, Path(f"{HUB_PREFIX}{repo}/{split}")))
+    train_x, train_y, val_x, val_y = split_validation(*arrays["train"])
+    test_x, test_y = arrays["test"]
     return TaskData("vision", 10, _normalise_images(train_x), train_y, _normalise_images(val_x), val_y,
-                    _normalise_images(test_x), test_y, source={"dataset": "mnist", "from": f"hf://datasets/{name}"})
+                    _normalise_images(test_x), test_y,
+                    source={"dataset": name, "from": f"{HUB_PREFIX}{repo}",
+                            "sha256": _digest(*arrays["train"], *arrays["test"])})
 
 
 def read_ag_news_csv(path: Path) -> tuple[list[str], np.ndarray]:

@@ -17,7 +17,7 @@ from scipy import sparse
 
 from small_transformer_zoo.errors import ZooFormatError
 
-from .data import TaskData, read_ag_news_csv, split_validation
+from .data import HUB_PREFIX, TaskData, labels_ok, hub_repo, load_hub_split_columns, read_ag_news_csv, split_validation
 
 TOKEN = re.compile(r"[a-z0-9']+")
 EMBED_DIM = 32
@@ -84,6 +84,9 @@ def load_word2vec_text(path: Path, vocabulary: dict[str, int], dim: int = EMBED_
                     vectors[parts[0]] = np.asarray(parts[1:], dtype=np.float64)
                 except ValueError:
                     raise ZooFormatError(path, f"line {line_number}: not a word followed by numbers") from None
+    sizes = {len(v) for v in vectors.values()}
+    if len(sizes) > 1:
+        raise ZooFormatError(path, f"vectors of different lengths {sorted(sizes)}")
     if len(vectors) < dim:
         raise ZooFormatError(path, f"only {len(vectors)} of the vocabulary's words have vectors; need at least {dim}")
     words = sorted(vectors)
@@ -96,20 +99,31 @@ def load_word2vec_text(path: Path, vocabulary: dict[str, int], dim: int = EMBED_
 
 def load_ag_news(data_dir: str | Path | None, max_train: int | None = None, vocab_size: int = 5_000,
                  length: int = 48, word2vec: str | Path | None = None) -> TaskData:
-    """AG News from a folder with train.csv and test.csv (with only test.csv, 80/20 of it is carved)."""
+    """AG News from a folder with train.csv and test.csv (with only test.csv, 80/20 of it is carved), or from the
+    Hub with `hf://datasets/<repo>` (a dataset with `text` and `label` 0..3 columns, as fancyzhx/ag_news)."""
     if data_dir is None:
-        raise ZooFormatError(None, "AG News needs --data-dir: a folder with the standard train.csv and test.csv")
-    folder = Path(data_dir)
-    test_texts, test_y = read_ag_news_csv(folder / "test.csv")
-    if (folder / "train.csv").is_file():
-        train_texts, train_y = read_ag_news_csv(folder / "train.csv")
-        how = "train.csv and test.csv"
+        raise ZooFormatError(None, "AG News needs --data-dir: a folder with the standard train.csv and test.csv, or "
+                                   "hf://datasets/fancyzhx/ag_news")
+    repo = hub_repo(data_dir)
+    if repo is not None:
+        splits = load_hub_split_columns(repo, ("text", "label"))
+        for split, (_, labels) in splits.items():
+            labels_ok(labels, 4, Path(f"{HUB_PREFIX}{repo}/{split}"))
+        (train_texts, train_y), (test_texts, test_y) = splits["train"], splits["test"]
+        source = {"dataset": "ag_news", "from": f"{HUB_PREFIX}{repo}", "files": "train and test splits"}
     else:
-        order = np.random.default_rng(0).permutation(len(test_y))
-        cut = int(len(order) * 0.8)
-        train_texts, train_y = [test_texts[i] for i in order[:cut]], test_y[order[:cut]]
-        test_texts, test_y = [test_texts[i] for i in order[cut:]], test_y[order[cut:]]
-        how = "test.csv only, carved 80/20 into train/test"
+        folder = Path(data_dir)
+        test_texts, test_y = read_ag_news_csv(folder / "test.csv")
+        if (folder / "train.csv").is_file():
+            train_texts, train_y = read_ag_news_csv(folder / "train.csv")
+            how = "train.csv and test.csv"
+        else:
+            order = np.random.default_rng(0).permutation(len(test_y))
+            cut = int(len(order) * 0.8)
+            train_texts, train_y = [test_texts[i] for i in order[:cut]], test_y[order[:cut]]
+            test_texts, test_y = [test_texts[i] for i in order[cut:]], test_y[order[cut:]]
+            how = "test.csv only, carved 80/20 into train/test"
+        source = {"dataset": "ag_news", "from": str(folder.resolve()), "files": how}
     train_tokens = [tokenize(t) for t in train_texts]
     vocabulary = build_vocabulary(train_tokens, vocab_size)
     train_ids = encode(train_tokens, vocabulary, length)
@@ -124,8 +138,7 @@ def load_ag_news(data_dir: str | Path | None, max_train: int | None = None, voca
         train_ids, train_y = train_ids[:max_train], train_y[:max_train]
     digest = hashlib.sha256(train_ids.tobytes() + test_ids.tobytes() + embedding.tobytes()).hexdigest()
     return TaskData("text", 4, train_ids, train_y, val_ids, val_y, test_ids, test_y,
-                    source={"dataset": "ag_news", "from": str(folder.resolve()), "files": how, "sha256": digest,
-                            "vocabulary_size": len(vocabulary) + 1, "max_length": length,
+                    source={**source, "sha256": digest, "vocabulary_size": len(vocabulary) + 1, "max_length": length,
                             "embedding": embedding_source,
                             "embedding_sha256": hashlib.sha256(embedding.tobytes()).hexdigest()},
                     embedding=embedding)

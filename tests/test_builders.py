@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from builders.batched import GroupDropout, batched_logits, packed_views
-from builders.build import run_build
+from builders.build import load_task_data, run_build
 from builders.data import load_embedded_mnist, load_idx_folder, parse_idx
 from builders.grid import OPTIMIZERS, PRESETS, Run, full_grid, group_id, groups, preset_runs, run_seed, shard_groups
 from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group, train_run_plain
@@ -296,6 +296,84 @@ def test_ag_news_text_zoo_from_the_real_test_set(tmp_path: Path) -> None:
     assert manifest["task"]["source"]["embedding_sha256"] == data.source["embedding_sha256"]
     accuracies = [a for s in zoo.splits for a in zoo.metadata(s).column("test_accuracy").to_pylist()]
     assert all(0 <= a <= 1 for a in accuracies)
+
+
+def _hub_dataset(folder: Path, splits: dict[str, dict[str, list]], features: object | None = None) -> Path:
+    """A Hub-style dataset repo (`data/<split>-00000-of-00001.parquet`, written by `datasets`)."""
+    import datasets
+
+    for split, columns in splits.items():
+        path = folder / "data" / f"{split}-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        datasets.Dataset.from_dict(columns, features=features).to_parquet(str(path))
+    return folder
+
+
+def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
+    """`--data-dir hf://datasets/<repo>` loads a task's data through `datasets` from the (loopback) Hub; the
+    source is recorded, and a repo without the right columns is refused before training."""
+    import datasets
+    from PIL import Image
+
+    from builders.data import read_ag_news_csv
+
+    texts, labels = read_ag_news_csv(shared_data("ag_news") / "test.csv")
+    hub.add_dataset("fancyzhx/ag_news", _hub_dataset(tmp_path / "ag", {
+        "train": {"text": texts[:1200], "label": labels[:1200].tolist()},
+        "test": {"text": texts[1200:1600], "label": labels[1200:1600].tolist()}}))
+    manifest = run_build("agnews", "tiny", tmp_path / "out", data_dir="hf://datasets/fancyzhx/ag_news",
+                         progress=False, log=quiet)
+    assert manifest["task"]["source"]["from"] == "hf://datasets/fancyzhx/ag_news"
+    assert Zoo.open(tmp_path / "out", "agnews-tiny").verify() == []
+
+    digits = load_idx_folder(shared_data("mnist"), "mnist")
+    pixels = np.clip(np.rint((digits.train_x[:, 0] * 0.5 + 0.5) * 255), 0, 255).astype(np.uint8)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+    hub.add_dataset("ylecun/mnist", _hub_dataset(tmp_path / "mnist", {
+        "train": {"image": [Image.fromarray(p) for p in pixels[:600]], "label": digits.train_y[:600].tolist()},
+        "test": {"image": [Image.fromarray(p) for p in pixels[600:800]], "label": digits.train_y[600:800].tolist()}},
+        features))
+    data = load_task_data("mnist", "hf://datasets/ylecun/mnist", PRESETS["tiny"])
+    assert data.source["from"] == "hf://datasets/ylecun/mnist" and len(data.test_y) == 200
+    assert np.allclose(data.test_x[:, 0], digits.train_x[600:800, 0], atol=1e-6), "pixels survive the round trip"
+    assert len(data.validation_y) == 60 and len(data.train_y) == 256, "10% held out, the rest capped by `tiny`"
+
+    hub.add_dataset("someone/not-mnist", _hub_dataset(tmp_path / "bad", {
+        "train": {"text": ["a"], "label": [0]}, "test": {"text": ["b"], "label": [1]}}))
+    with pytest.raises(ZooFormatError, match="hf://datasets/someone/not-mnist: needs a 'train' split with columns"):
+        load_task_data("mnist", "hf://datasets/someone/not-mnist", PRESETS["tiny"])
+
+
+def test_ag_news_with_a_users_word2vec_file(tmp_path: Path) -> None:
+    """`stz build --word2vec FILE`: the embedding comes from the file (PCA to 32), recorded in the manifest."""
+    from collections import Counter
+
+    from builders.data import read_ag_news_csv
+    from builders.text import load_ag_news, tokenize
+    from small_transformer_zoo.cli import main
+
+    folder = shared_data("ag_news")
+    texts, _ = read_ag_news_csv(folder / "test.csv")
+    words = [w for w, _ in Counter(w for text in texts for w in tokenize(text)).most_common(400)]
+    vectors = np.random.default_rng(7).normal(size=(len(words), 50))
+    vector_file = tmp_path / "vectors.txt"
+    vector_file.write_text(f"{len(words)} 50\n" + "".join(f"{w} {' '.join(f'{v:.5f}' for v in row)}\n"
+                                                          for w, row in zip(words, vectors)))
+    data = load_ag_news(folder, max_train=256, word2vec=vector_file)
+    assert data.embedding.shape == (5_000, 32) and data.source["embedding"] == f"word2vec file {vector_file}"
+    assert 300 < int((np.abs(data.embedding).sum(1) > 0).sum()) <= 400, "rows for the file's words, zero elsewhere"
+    corpus_built = load_ag_news(folder, max_train=256)
+    assert data.source["sha256"] != corpus_built.source["sha256"]
+    assert main(["build", "--task", "agnews", "--preset", "tiny", "--out", str(tmp_path / "zoo"), "--data-dir",
+                 str(folder), "--word2vec", str(vector_file), "--no-progress"]) == 0
+    zoo = Zoo.open(tmp_path / "zoo", "agnews-tiny")
+    assert np.array_equal(zoo.extras()["embedding"]["table"], data.embedding)
+    assert zoo.manifest["task"]["source"]["embedding"].startswith("word2vec file")
+    (tmp_path / "ragged.txt").write_text("".join(f"{w} 1.0 2.0\n" for w in words[:40]) + f"{words[40]} 1.0\n")
+    with pytest.raises(ZooFormatError, match="ragged.txt: vectors of different lengths"):
+        load_ag_news(folder, max_train=256, word2vec=tmp_path / "ragged.txt")
+    with pytest.raises(ValueError, match="--word2vec is for the text task agnews"):
+        load_task_data("mnist", None, PRESETS["tiny"], word2vec=vector_file)
 
 
 def test_ag_news_csv_errors_name_the_line(tmp_path: Path) -> None:
