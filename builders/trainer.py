@@ -207,13 +207,15 @@ def train_group(runs: list[Run], data: TaskData, spec: ArchitectureSpec, epochs:
 def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec, epochs: int,
                  checkpoint_epochs: list[int], batch_size: int = BATCH_SIZE, workers: int | None = None,
                  on_step: Callable[[], None] | None = None) -> Iterator[tuple[list[Run], list[Checkpoint], float]]:
-    """Train groups `workers` at a time (default: one per core); yield (group, checkpoints, seconds) as each ends.
+    """Train groups `workers` at a time (default: one per core this process may use); yield (group, checkpoints,
+    seconds) as each ends.
 
     Several workers each train their group on one core (one intra-op thread, in threads of this process): at
     these sizes that beats one group whose every kernel is split over all cores (BENCHMARKS.md). A group's
     result does not depend on the groups trained beside it.
     """
-    count = max(1, min(workers or os.cpu_count() or 1, len(groups)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    count = max(1, min(workers or cores, len(groups)))
 
     def train(group: list[Run]) -> tuple[list[Run], list[Checkpoint], float]:
         started = time.perf_counter()
