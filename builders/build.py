@@ -112,9 +112,11 @@ def training_flops_per_sample(spec: ArchitectureSpec) -> float:
 
 
 def estimate_cost(plan: BuildPlan, data: TaskData, spec: ArchitectureSpec, runs: list[Run]) -> dict[str, float]:
-    """Model-epochs and training FLOPs of a plan (evaluation adds validation and test forward passes)."""
+    """Model-epochs and training FLOPs of a plan, with the evaluation's forward passes: validation every epoch, test
+    at the checkpoint epochs and at the best epoch (counted once more, as when it is not a checkpoint epoch)."""
     samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs) * plan.epochs
-    eval_samples = len(runs) * plan.epochs * (len(data.validation_y) + len(data.test_y))
+    tested = len(plan.checkpoint_epochs) + 1
+    eval_samples = len(runs) * (plan.epochs * len(data.validation_y) + tested * len(data.test_y))
     flops = samples * training_flops_per_sample(spec) + eval_samples * training_flops_per_sample(spec) / 3
     return {"runs": len(runs), "model_epochs": len(runs) * plan.epochs, "train_samples": samples,
             "tflop": flops / 1e12}
