@@ -1,94 +1,171 @@
-"""Zoo training throughput (issue: zoo builders).
+"""Zoo training throughput on a CPU or an accelerator.
 
-    python benchmarks/bench_builders.py [--runs 20] [--repeats 3]
+    python benchmarks/bench_builders.py [--repeats 3]                  # CPU, the mini preset's settings
+    python benchmarks/bench_builders.py --device cuda                  # one GPU, group sizes 64 to 4,096
 
-The same runs (one optimizer group of the `mini` preset, embedded MNIST, 1,500 training samples, one epoch) are
-trained by the vectorized trainer and by a plain one-model-at-a-time PyTorch loop (`ZooTransformer` +
-torch.optim), at the paper's batch size (128) and at the `mini` preset's (32). Both do the same work: training,
-then validation and test accuracy (epoch 1 is a checkpoint epoch). Rates are model-epochs per second. Achieved
-GFLOP/s (analytic training and evaluation FLOPs / time) is compared with a large float32 matmul measured in the
-same command. Each way runs `--repeats` times, interleaved, and the fastest counts (the machine is shared);
-then the `paper` preset's cost is estimated from the batch-128 rate of `stz build`'s way: one
-group per core, each on one thread (`builders.trainer.train_groups`).
+CPU: the same runs (`--runs` Adam runs of the `mini` preset, embedded MNIST, `--train-samples` training samples,
+one epoch, then validation and test) are trained by a plain one-model-at-a-time PyTorch loop (`ZooTransformer` +
+torch.optim) and by the vectorized trainer: one group on every core, and one group per core (what `stz build`
+does). Same work on every side; each way runs `--repeats` times, interleaved, and the fastest counts (the machine
+is shared). Achieved GFLOP/s (analytic training and evaluation FLOPs / time) is compared with a large float32
+matmul measured in the same command.
+
+CUDA: groups of 64 to 4,096 runs (those that fit in free memory) at the paper's batch of 128, in fp32 and bf16,
+against the GPU's fp32 and bf16 matmul throughput measured in the same command; then the `paper` preset's
+GPU-hours per task at the best rate.
+
+Both end with the `paper` preset's cost: 16,000 runs x 100 epochs on 54,000 training images, validation every
+epoch, test at the five checkpoints.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
 from builders.build import load_task_data, training_flops_per_sample
+from builders.device import choose_group_size, resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
-from builders.trainer import train_group, train_groups, train_run_plain
+from builders.trainer import TrainingTensors, train_group, train_groups, train_run_plain
 from small_transformer_zoo.architecture import mnist_spec
 
+PAPER_TRAIN, PAPER_VALIDATION, PAPER_TEST = 54_000, 6_000, 10_000
 
-def matmul_gflops(size: int = 2048, repeat: int = 10) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_gflops(device: torch.device, dtype: torch.dtype, size: int = 2048, seconds: float = 1.0) -> float:
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
     a @ b
-    start = time.perf_counter()
-    for _ in range(repeat):
-        a @ b
-    return 2 * size ** 3 * repeat / (time.perf_counter() - start) / 1e9
+    synchronize(device)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            a @ b
+        synchronize(device)
+        count += 10
+    return 2 * size ** 3 * count / (time.perf_counter() - start) / 1e9
+
+
+def best_of(ways: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
+    """Fastest wall time of each way over `repeats` interleaved rounds."""
+    best = dict.fromkeys(ways, math.inf)
+    for _ in range(repeats):
+        for name, way in ways.items():
+            synchronize(device)
+            start = time.perf_counter()
+            way()
+            synchronize(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def paper_flops(spec) -> float:
+    grid = full_grid("mnist")
+    train = sum(round(r.train_fraction * PAPER_TRAIN) for r in grid) * 100 * training_flops_per_sample(spec)
+    evaluation = len(grid) * (100 * PAPER_VALIDATION + 5 * PAPER_TEST) * training_flops_per_sample(spec) / 3
+    return train + evaluation
+
+
+def cpu_benchmark(args: argparse.Namespace) -> None:
+    preset = PRESETS["mini"]
+    data = load_task_data("mnist", None, preset)
+    data.train_x, data.train_y = data.train_x[: args.train_samples], data.train_y[: args.train_samples]
+    spec = mnist_spec()
+    runs = [r for r in preset_runs("mnist", preset) if r.optimizer == "adam"][: args.runs]
+    runs += [replace(r, run_id=f"{r.run_id}-copy") for r in runs][: args.runs - len(runs)]
+    batch, augment = preset.batch_size, preset.augment
+    samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs)
+    flops = (samples + len(runs) * (len(data.validation_y) + len(data.test_y)) / 3) * training_flops_per_sample(spec)
+    cores = torch.get_num_threads()
+    print(f"{len(runs)} adam runs of the mini preset (batch {batch}, augmentation {augment}), 1 epoch of "
+          f"{len(data.train_y)} training samples, then {len(data.validation_y)} validation and {len(data.test_y)} "
+          f"test; torch {torch.__version__}, {cores} threads")
+    peak = matmul_gflops(torch.device("cpu"), torch.float32)
+    bf16_peak = matmul_gflops(torch.device("cpu"), torch.bfloat16, size=512, seconds=0.5)
+    per_core = [runs[i::cores] for i in range(cores)]
+    ways = {
+        "plain": lambda: [train_run_plain(r, data, spec, 1, [1], batch, augment) for r in runs],
+        "one group, every core": lambda: train_group(runs, data, spec, 1, [1], batch, augment),
+        "one group per core": lambda: list(train_groups(per_core, data, spec, 1, [1], batch, augment=augment)),
+    }
+    best = best_of(ways, args.repeats, torch.device("cpu"))
+    plain = best["plain"]
+    for name, seconds in best.items():
+        ratio = "" if name == "plain" else f"  {plain / seconds:.2f}x the plain loop"
+        print(f"  {name:<24}{len(runs) / seconds:7.2f} model-epochs/s {flops / seconds / 1e9:7.1f} GFLOP/s "
+              f"({flops / seconds / 1e9 / peak:.1%} of matmul){ratio}")
+    print(f"float32 matmul 2048x2048    {peak:7.1f} GFLOP/s (the machine's practical limit)")
+    print(f"bfloat16 matmul 512x512     {bf16_peak:7.1f} GFLOP/s "
+          f"({'native' if torch.ops.mkldnn._is_mkldnn_bf16_supported() else 'emulated: no AVX512-BF16 or AMX here'})")
+    rate = flops / best["one group per core"]
+    total = paper_flops(spec)
+    print(f"\npaper preset, one task: {total / 1e15:.1f} PFLOP; at {rate / 1e9:.1f} GFLOP/s "
+          f"{total / rate / 86400:,.0f} days on this machine, {total / rate / 86400 / 100:,.1f} days on 100 of them")
+
+
+def cuda_benchmark(args: argparse.Namespace) -> None:
+    device = resolve_device(args.device)
+    spec = mnist_spec()
+    data = load_task_data("mnist", args.data_dir, PRESETS["paper"])
+    data.train_x, data.train_y = data.train_x[: args.train_samples], data.train_y[: args.train_samples]
+    tensors = TrainingTensors.of(data, device)
+    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; one epoch of {len(data.train_y)} "
+          f"samples at batch 128, then {len(data.validation_y)} validation and {len(data.test_y)} test")
+    peaks = {"fp32": matmul_gflops(device, torch.float32, 8192), "bf16": matmul_gflops(device, torch.bfloat16, 8192)}
+    print(f"matmul 8192x8192: fp32 {peaks['fp32'] / 1e3:.1f} TFLOP/s, bf16 {peaks['bf16'] / 1e3:.1f} TFLOP/s")
+    grid = [r for r in full_grid("mnist") if r.optimizer == "adam"]
+    per_sample = training_flops_per_sample(spec)
+    best_rate = {}
+    for precision in ("fp32", "bf16"):
+        for size in args.group_sizes:
+            try:
+                choose_group_size(size, device, spec, 128, precision, spec.num_tokens, 10, len(grid))
+            except ValueError as error:
+                print(f"  {precision} {size:>5} runs: skipped ({error})")
+                continue
+            runs = grid[:size]
+            samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs)
+            flops = (samples + size * (len(data.validation_y) + len(data.test_y)) / 3) * per_sample
+            train_group(runs[: min(size, 8)], tensors, spec, 1, [1], 128, True, device=device, precision=precision)
+            seconds = best_of({"group": lambda: train_group(runs, tensors, spec, 1, [1], 128, True, device=device,
+                                                            precision=precision)}, args.repeats, device)["group"]
+            rate = flops / seconds
+            best_rate[precision] = max(best_rate.get(precision, 0.0), rate)
+            print(f"  {precision} {size:>5} runs: {size / seconds:9.1f} model-epochs/s  {rate / 1e12:6.2f} TFLOP/s  "
+                  f"({rate / 1e9 / peaks[precision]:.1%} of {precision} matmul)  peak memory "
+                  f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
+            torch.cuda.reset_peak_memory_stats(device)
+    total = paper_flops(spec)
+    for precision, rate in best_rate.items():
+        print(f"paper preset, one task ({total / 1e15:.1f} PFLOP), {precision} at the best group size: "
+              f"{total / rate / 3600:.1f} GPU-hours")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=20)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N")
+    parser.add_argument("--runs", type=int, default=20, help="CPU: runs per way")
+    parser.add_argument("--train-samples", type=int, default=1200, help="training samples per epoch")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--group-sizes", type=int, nargs="+", default=[64, 256, 1024, 4096], help="CUDA: runs per group")
+    parser.add_argument("--data-dir", help="CUDA: an MNIST IDX folder (default: the embedded digits)")
     args = parser.parse_args()
-    preset = PRESETS["mini"]
-    data = load_task_data("mnist", None, preset)
-    spec = mnist_spec()
-    runs = [r for r in preset_runs("mnist", preset) if r.optimizer == "adam"][: args.runs]
-    samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs)
-    eval_samples = len(runs) * (len(data.validation_y) + len(data.test_y))
-    flops = (samples + eval_samples / 3) * training_flops_per_sample(spec)
-    print(f"{len(runs)} adam runs of the mini preset, 1 epoch, {len(data.train_y)} training samples, then "
-          f"{len(data.validation_y)} validation and {len(data.test_y)} test; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    peak = matmul_gflops()
-    rates = {}
-    for batch_size in (128, 32):
-        halves = [runs[: len(runs) // 2], runs[len(runs) // 2 :]]
-        ways = {
-            "plain": lambda: [train_run_plain(run, data, spec, 1, [1], batch_size) for run in runs],
-            "vectorized": lambda: train_group(runs, data, spec, 1, [1], batch_size),
-            "workers": lambda: list(train_groups(halves, data, spec, 1, [1], batch_size, workers=2)),
-        }
-        best = dict.fromkeys(ways, float("inf"))
-        for _ in range(args.repeats):
-            for name, way in ways.items():
-                start = time.perf_counter()
-                way()
-                best[name] = min(best[name], time.perf_counter() - start)
-        plain, vectorized, workers = best["plain"], best["vectorized"], best["workers"]
-        rates[batch_size] = flops / workers
-        print(f"batch {batch_size}:")
-        print(f"  plain loop, one model at a time   {len(runs) / plain:6.2f} model-epochs/s  "
-              f"{flops / plain / 1e9:6.1f} GFLOP/s ({flops / plain / 1e9 / peak:.1%} of matmul)")
-        print(f"  vectorized group                  {len(runs) / vectorized:6.2f} model-epochs/s  "
-              f"{flops / vectorized / 1e9:6.1f} GFLOP/s ({flops / vectorized / 1e9 / peak:.1%} of matmul)  "
-              f"{plain / vectorized:.2f}x the plain loop")
-        print(f"  2 half groups, one per core       {len(runs) / workers:6.2f} model-epochs/s  "
-              f"{flops / workers / 1e9:6.1f} GFLOP/s ({flops / workers / 1e9 / peak:.1%} of matmul)  "
-              f"{plain / workers:.2f}x the plain loop   (what `stz build` does)")
-    print(f"float32 matmul 2048x2048            {peak:6.1f} GFLOP/s (the machine's practical limit)")
-
-    grid = full_grid("mnist")
-    train_pool = 54_000  # 60,000 MNIST training images less the 10% validation hold-out
-    paper_flops = sum(round(r.train_fraction * train_pool) for r in grid) * 100 * training_flops_per_sample(spec)
-    eval_flops = len(grid) * (100 * 6_000 + 5 * 10_000) * training_flops_per_sample(spec) / 3
-    rate = rates[128]
-    print(f"\npaper preset, one task: {len(grid):,} runs x 100 epochs, train pool {train_pool:,}, crop augmentation, "
-          f"validation (6,000) every epoch, test (10,000) at 5 checkpoints")
-    print(f"  {(paper_flops + eval_flops) / 1e15:.1f} PFLOP; at the batch-128 rate of one group per core measured here "
-          f"({rate / 1e9:.1f} GFLOP/s) {(paper_flops + eval_flops) / rate / 86400:,.0f} days on this 2-core machine, "
-          f"or {(paper_flops + eval_flops) / rate / 86400 / 100:,.1f} days on 100 such machines (--num-shards 100)")
+    if resolve_device(args.device).type == "cpu":
+        cpu_benchmark(args)
+    else:
+        cuda_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -17,36 +17,66 @@ from torch.nn import functional as F
 from small_transformer_zoo.architecture import ArchitectureSpec
 
 
-class GroupDropout:
-    """Inverted dropout for M models, each with its own rate and generator; one step's masks for every site at once.
+HASH_MASK = 0xFFFFFFFF
 
-    Masks come from 16-bit random integers, four per 64-bit draw (about 3x cheaper than one float uniform per
-    element): a model drops an element with probability round(p * 65536) / 65536 and scales what it keeps by
-    `scale`, the inverse of the keep probability, so each layer's expected output is unchanged as with
-    `nn.Dropout`. The masks stay boolean; `batched_logits` folds the scale into the (small) weights of the layer
-    before each dropout site, which is the same function and saves a float mask per element. Models with rate 0
-    draw nothing, so their random streams are the same as with no dropout at all.
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixing function (lowbias32-style, multipliers below 2**31 so that int64 never overflows)
+    applied element-wise to int64 values in [0, 2**32): the same bits on every device."""
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & HASH_MASK
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & HASH_MASK
+    return x ^ (x >> 15)
+
+
+class GroupDropout:
+    """Inverted dropout for M models, each with its own rate and random stream; one step's masks for every site.
+
+    Masks come from 16-bit random lanes: a model drops an element with probability round(p * 65536) / 65536 and
+    scales what it keeps by `scale`, the inverse of the keep probability, so each layer's expected output is
+    unchanged as with `nn.Dropout`. The masks stay boolean; `batched_logits` folds the scale into the (small)
+    weights of the layer before each dropout site, which is the same function and saves a float mask per element.
+
+    Two sources of lanes, both per model, so a model's masks never depend on its group:
+    - `draw(shape)`: each model's own CPU generator, four lanes per 64-bit draw (cheapest on a CPU). Models with
+      rate 0 draw nothing, so their random streams are the same as with no dropout at all.
+    - `draw(shape, step_seeds)`: a counter-based hash of each model's seed for this step (drawn per epoch from its
+      generator) and the element's index, two lanes per hash; one set of element-wise kernels for the whole group,
+      the way for accelerators, where one generator call per model and step would cost a kernel launch each.
     """
 
-    def __init__(self, rates: list[float], generators: list[torch.Generator], sites: int) -> None:
+    def __init__(self, rates: list[float], generators: list[torch.Generator], sites: int,
+                 device: torch.device | str = "cpu") -> None:
         levels = [round(p * 65536) for p in rates]
-        self.generators, self.sites = generators, sites
+        self.generators, self.sites, self.device = generators, sites, torch.device(device)
         self.drawing = [m for m, level in enumerate(levels) if level > 0]
-        self.threshold = torch.tensor([level - 32768 for level in levels], dtype=torch.int16)[:, None]
-        self.scale = torch.tensor([65536 / (65536 - level) for level in levels])
+        self.threshold = torch.tensor([level - 32768 for level in levels], dtype=torch.int16, device=device)[:, None]
+        self.level = torch.tensor(levels, dtype=torch.int64, device=device)[:, None]
+        self.scale = torch.tensor([65536 / (65536 - level) for level in levels], device=device)
         self.keep: torch.Tensor | None = None
+        self._counters: torch.Tensor | None = None
 
-    def draw(self, shape: tuple[int, ...]) -> None:
-        """New boolean keep masks [M, sites, *shape] for the next step."""
+    def draw(self, shape: tuple[int, ...], step_seeds: torch.Tensor | None = None) -> None:
+        """New boolean keep masks [M, sites, *shape] for the next step (`step_seeds` [M] int64: the hashed source)."""
         if not self.drawing:
             return
         count = self.sites * math.prod(shape)
+        models = len(self.generators)
+        if step_seeds is not None:
+            pairs = -(-count // 2)
+            if self._counters is None or len(self._counters) != pairs:
+                self._counters = hash32(torch.arange(pairs, dtype=torch.int64, device=self.device))
+            mixed = hash32(self._counters ^ step_seeds[:, None])
+            lanes = torch.stack([mixed & 0xFFFF, mixed >> 16], -1).view(models, -1)[:, :count]
+            self.keep = (lanes >= self.level).view(models, self.sites, *shape)
+            return
         # Rows of rate-0 models stay as allocated: their threshold (-32768) keeps every element whatever the bits.
-        words = torch.empty(len(self.generators), -(-count // 4), dtype=torch.int64)
+        words = torch.empty(models, -(-count // 4), dtype=torch.int64)
         for m in self.drawing:
             torch.randint(-2**63, 2**63 - 1, words.shape[1:], generator=self.generators[m], out=words[m])
         lanes = words.view(torch.int16)[:, :count]
-        self.keep = (lanes >= self.threshold).view(len(self.generators), self.sites, *shape)
+        self.keep = (lanes >= self.threshold.cpu()).view(models, self.sites, *shape).to(self.device)
 
     def scaled(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` [M, ...] times each model's keep scale (unchanged when no model drops anything this step)."""
@@ -146,11 +176,11 @@ class VectorizedOptimizer:
     def __init__(self, kind: str, params: torch.Tensor, l2: torch.Tensor) -> None:
         if kind not in ("sgd", "sgd_momentum", "adam", "rmsprop"):
             raise ValueError(f"unknown optimizer {kind!r}")
-        self.kind, self.params, self.l2 = kind, params, l2.to(params.dtype)[:, None]
+        self.kind, self.params, self.l2 = kind, params, l2.to(params.device, params.dtype)[:, None]
         names = {"sgd": (), "sgd_momentum": ("momentum",), "adam": ("m", "v"), "rmsprop": ("sq",)}[kind]
         # Zero state gives torch's first step exactly: buf = grad, m = 0.1 grad, ...
         self.state = {name: torch.zeros_like(params) for name in names}
-        self.steps = torch.zeros(len(l2), dtype=torch.long)
+        self.steps = torch.zeros(len(l2), dtype=torch.long, device=params.device)
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor, active: torch.Tensor) -> None:

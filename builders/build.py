@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from safetensors.numpy import load_file, save
 
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
@@ -26,7 +28,8 @@ from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.writer import ZooWriter
 
 from .data import FASHION_MNIST_DIR, TaskData, hub_repo, load_embedded_mnist, load_hub_images, load_idx_folder
-from .grid import PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_groups
+from .device import check_precision, choose_group_size, resolve_device
+from .grid import OPTIMIZERS, PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
 from .trainer import Checkpoint, train_groups
 
 PLAN_NAME = "plan.json"
@@ -42,8 +45,9 @@ class BuildPlan:
     epochs: int
     checkpoint_epochs: list[int]
     batch_size: int
+    augment: bool
+    precision: str
     runs: int
-    groups: int
     architecture: dict[str, Any]
     data_sha256: str
 
@@ -94,12 +98,15 @@ def spec_for(data: TaskData) -> ArchitectureSpec:
     return text_spec(vocab_size=data.embedding.shape[0], max_length=data.train_x.shape[1], num_classes=data.num_classes)
 
 
-def make_plan(task: str, preset: Preset, data: TaskData, spec: ArchitectureSpec) -> tuple[BuildPlan, list[list[Run]]]:
-    runs = preset_runs(task, preset)
-    all_groups = groups(runs, preset.group_size)
-    plan = BuildPlan(task, preset.name, config_name(task, preset.name), preset.epochs, checkpoint_epochs(preset.epochs),
-                     preset.batch_size, len(runs), len(all_groups), spec.to_dict(), data.source.get("sha256", ""))
-    return plan, all_groups
+def make_plan(task: str, preset: Preset, data: TaskData, spec: ArchitectureSpec,
+              precision: str = "fp32") -> tuple[BuildPlan, list[Run]]:
+    """The plan and its runs in run-id order. How runs are grouped is not part of the plan: each run trains the
+    same whatever its group, so any group size, device count or shard split builds the same zoo."""
+    runs = sorted(preset_runs(task, preset), key=lambda r: r.run_id)
+    plan = BuildPlan(task, preset.name, config_name(task, preset.name), preset.epochs,
+                     checkpoint_epochs(preset.epochs, preset.every_epoch), preset.batch_size, preset.augment, precision,
+                     len(runs), spec.to_dict(), data.source.get("sha256", ""))
+    return plan, runs
 
 
 def training_flops_per_sample(spec: ArchitectureSpec) -> float:
@@ -147,42 +154,56 @@ def check_output(out: Path, plan: BuildPlan) -> bool:
     return False
 
 
-def save_part(folder: Path, gid: str, checkpoints: list[Checkpoint]) -> None:
+def save_part(folder: Path, gid: str, checkpoints: list[Checkpoint], device: str = "cpu") -> None:
     records = [{"run": asdict(c.run), "epoch": c.epoch, "is_best": c.is_best, "metrics": c.metrics,
-                "diverged": c.diverged} for c in checkpoints]
+                "diverged": c.diverged, "device": device} for c in checkpoints]
     params = np.stack([c.params for c in checkpoints]).astype(np.float32)
     atomic_write_bytes(folder / f"{gid}.safetensors", save({"params": params}))
     atomic_write_json(folder / f"{gid}.json", records)  # written last: a part counts once its JSON is there
 
 
-def load_part(folder: Path, gid: str) -> list[Checkpoint]:
+def load_part(folder: Path, gid: str) -> tuple[list[Checkpoint], set[str]]:
+    """A part's checkpoints and the devices that trained them."""
     records = json.loads((folder / f"{gid}.json").read_text())
     params = load_file(str(folder / f"{gid}.safetensors"))["params"]
     if len(params) != len(records):
         raise ZooFormatError(folder / f"{gid}.safetensors", f"holds {len(params)} rows for {len(records)} records")
-    return [Checkpoint(Run(**r["run"]), r["epoch"], r["is_best"], params[i], r["metrics"], r["diverged"])
-            for i, r in enumerate(records)]
+    checkpoints = [Checkpoint(Run(**r["run"]), r["epoch"], r["is_best"], params[i], r["metrics"], r["diverged"])
+                   for i, r in enumerate(records)]
+    return checkpoints, {r.get("device", "cpu") for r in records}
 
 
-def assemble(out: Path, plan: BuildPlan, all_groups: list[list[Run]], part_dirs: list[Path], spec: ArchitectureSpec,
-             data: TaskData, shard_size: int) -> dict[str, Any]:
-    """Join the parts into the zoo; every group must be present exactly once."""
+def trained_runs(folders: list[Path]) -> dict[str, Path]:
+    """Run id -> the part file (JSON) that holds it, over every part in `folders`; a run in two parts is refused."""
     found: dict[str, Path] = {}
-    for folder in part_dirs:
+    for folder in folders:
         for path in sorted(folder.glob("*.json")):
-            if path.stem in found:
-                raise ZooFormatError(path, f"group {path.stem} is present twice (also in {found[path.stem]})")
-            found[path.stem] = folder
-    expected = [group_id(g) for g in all_groups]
-    missing = [g for g in expected if g not in found]
+            for run_id in dict.fromkeys(r["run"]["run_id"] for r in json.loads(path.read_text())):
+                if run_id in found:
+                    raise ZooFormatError(path, f"run {run_id} is present twice (also in {found[run_id]})")
+                found[run_id] = path
+    return found
+
+
+def assemble(out: Path, plan: BuildPlan, runs: list[Run], part_dirs: list[Path], spec: ArchitectureSpec,
+             data: TaskData, shard_size: int) -> dict[str, Any]:
+    """Join the parts into the zoo; every run of the plan must be present exactly once."""
+    found = trained_runs(part_dirs)
+    expected = [r.run_id for r in runs]
+    missing = [r for r in expected if r not in found]
     extra = sorted(set(found) - set(expected))
     if missing or extra:
-        raise ZooFormatError(out / plan.config, f"cannot assemble: {len(missing)} groups missing (first: "
+        raise ZooFormatError(out / plan.config, f"cannot assemble: {len(missing)} runs missing (first: "
                                                 f"{missing[:2]}), {len(extra)} not in the plan ({extra[:2]})")
-    checkpoints = [c for gid in expected for c in load_part(found[gid], gid)]
+    checkpoints: list[Checkpoint] = []
+    devices: set[str] = set()
+    for path in sorted(set(found.values())):
+        part, used = load_part(path.parent, path.stem)
+        checkpoints += part
+        devices |= used
     checkpoints.sort(key=lambda c: (c.run.run_id, c.is_best, c.epoch))
     writer = ZooWriter(out, plan.config, spec, task={"name": plan.task, "source": data.source},
-                       provenance={"build_plan": plan.to_dict()},
+                       provenance={"build_plan": plan.to_dict(), "devices": sorted(devices)},
                        grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
                        shard_size=shard_size, overwrite=True)
     if data.embedding is not None:
@@ -193,61 +214,100 @@ def assemble(out: Path, plan: BuildPlan, all_groups: list[list[Run]], part_dirs:
     return writer.close()
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a build trains: device, group size and CPU workers (none of it changes the zoo)."""
+
+    device: torch.device
+    group_size: int
+    workers: int | None = None
+
+
+def plan_placement(device: str, group_size: int | str, workers: int | None, preset: Preset, plan: BuildPlan,
+                   spec: ArchitectureSpec, data: TaskData, runs: list[Run], free_bytes: int | None = None) -> Placement:
+    """Resolve `--device`, check `--precision` there and choose the group size (errors before any training)."""
+    where = resolve_device(device)
+    check_precision(where, plan.precision)
+    tokens = spec.num_tokens if spec.modality == "vision" else data.train_x.shape[1]
+    family = max(sum(r.optimizer == o for r in runs) for o in OPTIMIZERS)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    parallel = (workers or cores) if where.type == "cpu" else 1
+    size = choose_group_size(group_size, where, spec, plan.batch_size, plan.precision, tokens, preset.group_size,
+                             family, parallel, free_bytes)
+    return Placement(where, size, workers)
+
+
 def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path | None = None,
               num_shards: int = 1, shard_index: int = 0, dry_run: bool = False, progress: bool = True,
               executor: Callable[..., Any] | None = None, log: Callable[[str], None] = print,
-              word2vec: str | Path | None = None) -> dict[str, Any]:
-    """Build (or dry-run) a zoo; with several shards, this call trains one shard's groups and does not assemble."""
+              word2vec: str | Path | None = None, device: str = "cpu", precision: str = "fp32",
+              group_size: int | str = "auto", workers: int | None = None,
+              free_bytes: int | None = None) -> dict[str, Any]:
+    """Build (or dry-run) a zoo; with several shards, this call trains one shard's runs and does not assemble.
+
+    `device`: auto, cpu, cuda or cuda:N; `precision`: fp32 or bf16 (autocast matmuls, float32 weights and
+    checkpoints); `group_size`: runs trained together, `auto` to fit the device's free memory (`free_bytes`
+    overrides the measured figure). None of these placement choices changes which runs or checkpoints the zoo has.
+    """
     if preset_name not in PRESETS:
         raise ValueError(f"unknown preset {preset_name!r}; presets are {list(PRESETS)}")
     preset, out = PRESETS[preset_name], Path(out)
     data = load_task_data(task, data_dir, preset, word2vec)
     spec = spec_for(data)
-    plan, all_groups = make_plan(task, preset, data, spec)
-    mine = shard_groups(all_groups, num_shards, shard_index)
-    cost = estimate_cost(plan, data, spec, [r for g in mine for r in g])
-    log(f"plan: task {task}, preset {preset_name}, config {plan.config}: {plan.runs} runs in {plan.groups} groups, "
-        f"{plan.epochs} epochs of batches of {plan.batch_size}, checkpoints at epochs {plan.checkpoint_epochs} and the "
-        f"best; data: "
-        f"{data.source.get('from')} ({len(data.train_y)} train, {len(data.validation_y)} validation, "
-        f"{len(data.test_y)} test)")
-    log(f"this {'shard' if num_shards > 1 else 'build'}: {len(mine)} groups, {cost['runs']} runs, "
-        f"{cost['model_epochs']:,} model-epochs, {cost['tflop']:.2f} TFLOP")
+    plan, runs = make_plan(task, preset, data, spec, precision)
+    mine = shard_runs(runs, num_shards, shard_index)
+    cost = estimate_cost(plan, data, spec, mine)
+    log(f"plan: task {task}, preset {preset_name}, config {plan.config}: {plan.runs} runs, {plan.epochs} epochs of "
+        f"batches of {plan.batch_size}{'' if plan.augment else ', no augmentation'}, {plan.precision}, checkpoints "
+        f"at epochs {_epoch_list(plan.checkpoint_epochs)} and the best; data: {data.source.get('from')} "
+        f"({len(data.train_y)} train, {len(data.validation_y)} validation, {len(data.test_y)} test)")
+    log(f"this {'shard' if num_shards > 1 else 'build'}: {cost['runs']} runs, {cost['model_epochs']:,} model-epochs, "
+        f"{cost['tflop']:.2f} TFLOP")
+    placement = plan_placement(device, group_size, workers, preset, plan, spec, data, mine, free_bytes)
     if dry_run:
-        return {"plan": plan.to_dict(), "cost": cost}
+        return {"plan": plan.to_dict(), "cost": cost, "device": str(placement.device),
+                "group_size": placement.group_size}
     if check_output(out, plan):
         log(f"{out / plan.config} is already built with this plan; reusing it")
         return load_manifest(out / plan.config)
     parts = _build_dir(out, plan.config) / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     atomic_write_json(_build_dir(out, plan.config) / PLAN_NAME, plan.to_dict())
-    todo = [g for g in mine if not (parts / f"{group_id(g)}.json").is_file()]
-    if len(todo) < len(mine):
-        log(f"resuming: {len(mine) - len(todo)} of {len(mine)} groups already trained")
+    done = trained_runs([parts])
+    todo = groups([r for r in mine if r.run_id not in done], placement.group_size)
+    if done:
+        log(f"resuming: {sum(r.run_id in done for r in mine)} of {len(mine)} runs already trained")
+    log(f"training on {placement.device}: {len(todo)} groups of up to {placement.group_size} runs")
     train = executor or local_executor()
-    train(todo, data, spec, plan, parts, progress)
+    train(todo, data, spec, plan, parts, progress, placement)
     if num_shards > 1:
         log(f"shard {shard_index} of {num_shards} done; join the shards with `stz merge`")
         return {"plan": plan.to_dict(), "parts": str(parts)}
-    manifest = assemble(out, plan, all_groups, [parts], spec, data, preset.shard_size)
+    manifest = assemble(out, plan, runs, [parts], spec, data, preset.shard_size)
     log(f"wrote {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs to "
         f"{out / plan.config}")
     return manifest
 
 
-def local_executor(workers: int | None = None) -> Callable[..., None]:
-    """Train the groups on this machine, `workers` at a time (default: one per core), saving each as it finishes."""
+def _epoch_list(epochs: list[int]) -> str:
+    consecutive = len(epochs) > 3 and epochs == list(range(epochs[0], epochs[-1] + 1))
+    return f"{epochs[0]}..{epochs[-1]}" if consecutive else str(epochs)
+
+
+def local_executor() -> Callable[..., None]:
+    """Train the groups on this machine (CPU workers or one accelerator), saving each as it finishes."""
     def execute(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: BuildPlan, parts: Path,
-                progress: bool) -> None:
+                progress: bool, placement: Placement) -> None:
         from tqdm import tqdm
 
         total_steps = sum(plan.epochs * math.ceil(max(round(r.train_fraction * len(data.train_y)) for r in g)
                                                   / plan.batch_size) for g in todo)
         with tqdm(total=total_steps, desc="training", unit="step", disable=not progress, file=sys.stderr) as bar:
-            finished = train_groups(todo, data, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size, workers,
-                                    on_step=lambda: bar.update(1))
+            finished = train_groups(todo, data, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size,
+                                    placement.workers, lambda: bar.update(1), placement.device, plan.precision,
+                                    plan.augment)
             for index, (group, checkpoints, seconds) in enumerate(finished, start=1):
-                save_part(parts, group_id(group), checkpoints)
+                save_part(parts, group_id(group), checkpoints, placement.device.type)
                 bar.write(f"group {index}/{len(todo)} {group_id(group)} ({group[0].optimizer}, {len(group)} runs): "
                           f"{seconds:.1f} s")
 
@@ -255,12 +315,13 @@ def local_executor(workers: int | None = None) -> Callable[..., None]:
 
 
 def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, preset_name: str,
-                 data_dir: str | Path | None = None, word2vec: str | Path | None = None) -> dict[str, Any]:
+                 data_dir: str | Path | None = None, word2vec: str | Path | None = None,
+                 precision: str = "fp32") -> dict[str, Any]:
     """Join the parts of sharded builds (`--num-shards`) into one zoo under `out`."""
     preset, out = PRESETS[preset_name], Path(out)
     data = load_task_data(task, data_dir, preset, word2vec)
     spec = spec_for(data)
-    plan, all_groups = make_plan(task, preset, data, spec)
+    plan, runs = make_plan(task, preset, data, spec, precision)
     part_dirs = []
     for folder in map(Path, shard_dirs):
         plan_path = _build_dir(folder, plan.config) / PLAN_NAME
@@ -269,4 +330,4 @@ def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, prese
         if json.loads(plan_path.read_text()) != plan.to_dict():
             raise ZooFormatError(plan_path, "this shard was built with another plan")
         part_dirs.append(_build_dir(folder, plan.config) / "parts")
-    return assemble(out, plan, all_groups, part_dirs, spec, data, preset.shard_size)
+    return assemble(out, plan, runs, part_dirs, spec, data, preset.shard_size)

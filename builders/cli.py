@@ -7,6 +7,7 @@ import json
 
 from .build import local_executor, merge_shards, run_build
 from .grid import PRESETS, TASKS
+from .trainer import PRECISIONS
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -15,16 +16,27 @@ def _build(args: argparse.Namespace) -> int:
 
         executor = ray_executor(args.ray_address)
     else:
-        executor = local_executor(args.workers)
+        executor = local_executor()
     result = run_build(args.task, args.preset, args.out, args.data_dir, args.num_shards, args.shard_index,
-                       args.dry_run, progress=not args.no_progress, executor=executor, word2vec=args.word2vec)
+                       args.dry_run, progress=not args.no_progress, executor=executor, word2vec=args.word2vec,
+                       device=args.device, precision=args.precision, group_size=args.group_size, workers=args.workers)
     if args.dry_run:
-        print(json.dumps(result["cost"], indent=2))
+        print(json.dumps({**result["cost"], "device": result["device"], "group_size": result["group_size"]}, indent=2))
     return 0
 
 
+def _group_size(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of runs, got {text!r}") from None
+
+
 def _merge(args: argparse.Namespace) -> int:
-    manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir, args.word2vec)
+    manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir, args.word2vec,
+                            args.precision)
     print(f"merged {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs into "
           f"{args.out}/{manifest['config']}")
     return 0
@@ -42,7 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards")
     build.add_argument("--shard-index", type=int, default=0, help="which shard this process trains (0-based)")
     build.add_argument("--dry-run", action="store_true", help="print the plan and its cost, train nothing")
-    build.add_argument("--workers", type=int, help="groups trained at a time on this machine (default: one per core)")
+    build.add_argument("--device", default="auto",
+                       help="auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N (default: auto)")
+    build.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                       help="bf16: autocast matmuls in bfloat16, weights, optimizer state and checkpoints stay "
+                            "float32 (default: fp32)")
+    build.add_argument("--group-size", default="auto", type=_group_size,
+                       help="runs trained together in one vectorized step; auto: the preset's on a CPU, as many as "
+                            "fit in free memory on a GPU (default: auto)")
+    build.add_argument("--workers", type=int, help="CPU: groups trained at a time (default: one per core)")
     build.add_argument("--ray", action="store_true", help="train the groups as tasks on a Ray cluster")
     build.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
     build.add_argument("--no-progress", action="store_true")
@@ -55,4 +75,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("--preset", default="mini", choices=list(PRESETS))
     merge.add_argument("--data-dir")
     merge.add_argument("--word2vec", help="the --word2vec file the shards were built with")
+    merge.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the --precision the shards used")
     merge.set_defaults(func=_merge)

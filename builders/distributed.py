@@ -18,9 +18,9 @@ from .grid import Run, group_id
 from .trainer import Checkpoint, train_group
 
 
-def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, epochs: int, checkpoint_epochs: list[int],
-                batch_size: int) -> list[Checkpoint]:
-    return train_group(group, data, spec, epochs, checkpoint_epochs, batch_size=batch_size)
+def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, plan: Any, device: str) -> list[Checkpoint]:
+    return train_group(group, data, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size, plan.augment,
+                       device=device, precision=plan.precision)
 
 
 def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Callable[..., None]:
@@ -31,22 +31,24 @@ def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Cal
         raise RuntimeError("--ray needs Ray: pip install 'small-transformer-zoo[ray]'") from None
 
     def execute(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: Any, parts: Path,
-                progress: bool) -> None:
+                progress: bool, placement: Any) -> None:
         from tqdm import tqdm
 
         from .build import save_part
 
         if not ray.is_initialized():
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        remote = ray.remote(_train_task)
+        on_gpu = placement.device.type == "cuda"
+        remote = ray.remote(num_gpus=1 if on_gpu else 0)(_train_task)
         data_ref = ray.put(data)
-        pending = {remote.remote(g, data_ref, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size): g for g in todo}
+        device = "cuda" if on_gpu else "cpu"  # Ray gives each GPU task its own visible device
+        pending = {remote.remote(g, data_ref, spec, plan, device): g for g in todo}
         with tqdm(total=len(todo), desc="ray tasks", unit="group", disable=not progress, file=sys.stderr) as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
                     group = pending.pop(ref)
-                    save_part(parts, group_id(group), ray.get(ref))
+                    save_part(parts, group_id(group), ray.get(ref), device)
                     bar.update(1)
 
     return execute

@@ -35,20 +35,24 @@ class Preset:
 
     name: str
     epochs: int
-    runs: int | None          # None: the whole grid; else a stratified sample of this many runs
+    runs: int | None          # None: the whole grid; else this many runs, chosen by `selection`
     max_train_samples: int | None
-    group_size: int           # runs trained together in one vectorized step
-    batch_size: int = 128     # the paper's; `mini` takes smaller batches to buy more optimizer steps per minute
+    group_size: int           # runs trained together in one vectorized step on a CPU (`--group-size auto`)
+    batch_size: int = 128     # the paper's; the small presets take smaller batches for more optimizer steps
     shard_size: int = 2048
+    selection: str = "stratified"   # "stratified" (every value of every hyperparameter) or "sweep" (see sweep_sample)
+    augment: bool = True      # random-crop augmentation of images
+    every_epoch: bool = False  # a checkpoint at every epoch instead of the scaled 1, 50, 75, 100
 
 
 PRESETS = {
     "paper": Preset("paper", epochs=100, runs=None, max_train_samples=None, group_size=32),
-    "mini": Preset("mini", epochs=6, runs=200, max_train_samples=1500, group_size=20, batch_size=32),
+    "medium": Preset("medium", epochs=16, runs=256, max_train_samples=None, group_size=16, batch_size=16,
+                     selection="sweep", augment=False, every_epoch=True),
+    "mini": Preset("mini", epochs=12, runs=40, max_train_samples=None, group_size=10, batch_size=16,
+                   selection="sweep", augment=False, every_epoch=True),
     "tiny": Preset("tiny", epochs=2, runs=16, max_train_samples=256, group_size=4),
 }
-
-
 @dataclass(frozen=True)
 class Run:
     run_id: str
@@ -94,13 +98,49 @@ def stratified_sample(runs: list[Run], count: int) -> list[Run]:
     return sorted(picked, key=lambda r: r.run_id)
 
 
+SWEEP_BASE = {"train_fraction": 1.0, "dropout": 0.0, "w_init_std": 0.2, "l2": 1e-6}
+
+
+def sweep_sample(runs: list[Run], count: int) -> list[Run]:
+    """`count` runs spread evenly over optimizers. Per optimizer: every grid learning rate at a base setting that
+    trains well (init std 0.2, no dropout, all data, L2 1e-6), then further sweeps over the learning rates whose
+    other hyperparameters step through their grid values with a fixed stride (no combination twice). Small zoos
+    then span failed, slow and well-trained runs instead of mostly slow ones: a uniform sample of the grid trains
+    too little in a few epochs to reach high accuracy."""
+    per = math.ceil(count / len(OPTIMIZERS))
+    by_key = {(r.optimizer, *(r.hyperparameters()[k] for k in HYPER_ORDER)): r for r in runs}
+    others = [k for k in HYPER_ORDER if k != "learning_rate"]
+    picked = []
+    for optimizer in OPTIMIZERS:
+        values = PAPER_GRID[FAMILY[optimizer]]
+        rates = values["learning_rate"]
+        combos = list(itertools.product(*(values[k] for k in others)))
+        stride = next(s for s in range(int(len(combos) * 0.618), len(combos)) if math.gcd(s, len(combos)) == 1)
+        chosen = [by_key[(optimizer, *({**SWEEP_BASE, "learning_rate": lr}[k] for k in HYPER_ORDER))]
+                  for lr in rates][:per]
+        for k in itertools.count():
+            if len(chosen) >= min(per, len(rates) * len(combos)):
+                break
+            setting = dict(zip(others, combos[(k * stride) % len(combos)]), learning_rate=rates[k % len(rates)])
+            run = by_key[(optimizer, *(setting[name] for name in HYPER_ORDER))]
+            if run not in chosen:
+                chosen.append(run)
+        picked += chosen
+    return sorted(picked, key=lambda r: r.run_id)
+
+
 def preset_runs(task: str, preset: Preset) -> list[Run]:
     runs = full_grid(task)
-    return runs if preset.runs is None else stratified_sample(runs, preset.runs)
+    if preset.runs is None:
+        return runs
+    sample = sweep_sample if preset.selection == "sweep" else stratified_sample
+    return sample(runs, preset.runs)
 
 
-def checkpoint_epochs(epochs: int) -> list[int]:
-    """The paper's 1, 50, 75, 100 of 100 epochs, scaled to `epochs` (without repeats)."""
+def checkpoint_epochs(epochs: int, every_epoch: bool = False) -> list[int]:
+    """The paper's 1, 50, 75, 100 of 100 epochs, scaled to `epochs` (without repeats), or every epoch."""
+    if every_epoch:
+        return list(range(1, epochs + 1))
     return sorted({1, max(1, round(epochs * 0.5)), max(1, round(epochs * 0.75)), epochs})
 
 
@@ -117,8 +157,9 @@ def group_id(group: list[Run]) -> str:
     return f"{group[0].run_id}--{group[-1].run_id}"
 
 
-def shard_groups(all_groups: list[list[Run]], num_shards: int, shard_index: int) -> list[list[Run]]:
-    """Deterministic round-robin split of the groups for array jobs (Slurm, Kubernetes indexed jobs, Ray)."""
+def shard_runs(runs: list[Run], num_shards: int, shard_index: int) -> list[Run]:
+    """Deterministic round-robin split of a plan's runs for array jobs (Slurm, Kubernetes indexed jobs, Ray); each
+    shard groups its own runs, so shards may train with different group sizes or devices."""
     if num_shards < 1 or not 0 <= shard_index < num_shards:
         raise ValueError(f"shard index {shard_index} is not in 0..{num_shards - 1}")
-    return all_groups[shard_index::num_shards]
+    return runs[shard_index::num_shards]

@@ -10,7 +10,8 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import multiprocessing
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ from .data import TaskData
 from .grid import Run
 
 BATCH_SIZE = 128
+PRECISIONS = ("fp32", "bf16")
 CROP_PADDING = 2
 CROP_FILL = -1.0  # a black pixel after the (x - 0.5) / 0.5 normalisation: torchvision pads before normalising
 FINAL_LR = 1e-5
@@ -61,43 +63,108 @@ def learning_rate(base: float, epoch: int, epochs: int) -> float:
 
 
 def random_crop(images: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """Crop of the original size from the zero-padded image: images [..., C, H, W], offsets [..., 2] in 0..2p."""
+    """Crop of the original size from the padded image: images [..., C, H, W], offsets [..., 2] in 0..2p."""
     p = CROP_PADDING
     *lead, channels, height, width = images.shape
     padded = F.pad(images, (p, p, p, p), value=CROP_FILL)
-    rows = offsets[..., 0, None] + torch.arange(height)                     # [..., H]
-    cols = offsets[..., 1, None] + torch.arange(width)                      # [..., W]
+    rows = offsets[..., 0, None] + torch.arange(height, device=images.device)          # [..., H]
+    cols = offsets[..., 1, None] + torch.arange(width, device=images.device)           # [..., W]
     rows = rows[..., None, :, None].expand(*lead, channels, height, width + 2 * p)
     cols = cols[..., None, None, :].expand(*lead, channels, height, width)
     return padded.gather(-2, rows).gather(-1, cols)
 
 
-class _RunStreams:
-    """Per-run randomness: one generator per run, consumed in the same order however runs are grouped."""
+@dataclass
+class EpochDraws:
+    """One epoch's random choices for M runs, made on the host once per epoch and moved to the device at once.
 
-    def __init__(self, runs: list[Run], data: TaskData) -> None:
+    order [M, max_steps * B]: each run's sample indices in batch order, padded with index 0 and weight 0 after its
+    last sample; steps [M]: each run's batch count; offsets [M, max_steps * B, 2]: crop offsets (None without
+    crops); dropout_seeds [M, max_steps]: per-step seeds of hashed dropout masks (None when not hashed).
+    """
+
+    order: torch.Tensor
+    weight: torch.Tensor
+    steps: torch.Tensor
+    max_steps: int
+    offsets: torch.Tensor | None
+    dropout_seeds: torch.Tensor | None
+
+
+class RunStreams:
+    """Per-run randomness: one generator per run, consumed in the same order however runs are grouped: the
+    initialisation, the run's training subset, then per epoch its sample order, its crop offsets and (hashed
+    dropout only) its per-step dropout seeds."""
+
+    def __init__(self, runs: list[Run], spec: ArchitectureSpec, n_train: int) -> None:
+        self.runs = runs
         self.generators = [torch.Generator().manual_seed(run.seed) for run in runs]
-        n_train = len(data.train_y)
-        self.subsets = []
-        for run, generator in zip(runs, self.generators):
-            pool = torch.randperm(n_train, generator=generator)
-            self.subsets.append(pool[: max(1, round(run.train_fraction * n_train))])
+        self.initial = packed_init(spec, runs, self.generators)
+        self.subsets = [torch.randperm(n_train, generator=g)[: max(1, round(run.train_fraction * n_train))]
+                        for run, g in zip(runs, self.generators)]
+
+    def epoch(self, batch_size: int, crop: bool, dropout_seeds: bool) -> EpochDraws:
+        """The next epoch's draws for every run."""
+        steps = [math.ceil(len(subset) / batch_size) for subset in self.subsets]
+        width = max(steps) * batch_size
+        models = len(self.runs)
+        order = torch.zeros(models, width, dtype=torch.long)
+        weight = torch.zeros(models, width)
+        offsets = torch.full((models, width, 2), CROP_PADDING, dtype=torch.long) if crop else None
+        seeds = torch.zeros(models, max(steps), dtype=torch.long) if dropout_seeds else None
+        for m, (run, subset, generator) in enumerate(zip(self.runs, self.subsets, self.generators)):
+            n = len(subset)
+            order[m, :n] = subset[torch.randperm(n, generator=generator)]
+            weight[m, :n] = 1.0
+            if offsets is not None:
+                offsets[m, :n] = torch.randint(0, 2 * CROP_PADDING + 1, (n, 2), generator=generator)
+            if seeds is not None and run.dropout > 0:
+                seeds[m, : steps[m]] = torch.randint(0, 2**32, (steps[m],), generator=generator)
+        return EpochDraws(order, weight, torch.tensor(steps), max(steps), offsets, seeds)
+
+
+@dataclass
+class TrainingTensors:
+    """A task's data as tensors on one device (moved once, shared by every group trained there)."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    validation_x: torch.Tensor
+    validation_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    embedding: torch.Tensor | None
+
+    @classmethod
+    def of(cls, data: TaskData | "TrainingTensors", device: torch.device | str) -> "TrainingTensors":
+        if isinstance(data, TrainingTensors):
+            return data
+        move = lambda array: torch.from_numpy(array).to(device)  # noqa: E731
+        return cls(move(data.train_x), move(data.train_y), move(data.validation_x), move(data.validation_y),
+                   move(data.test_x), move(data.test_y), None if data.embedding is None else move(data.embedding))
 
 
 def _evaluate(spec: ArchitectureSpec, packed: torch.Tensor, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor,
-              embedding: torch.Tensor | None, chunk: int = 250) -> tuple[np.ndarray, np.ndarray]:
+              embedding: torch.Tensor | None, precision: str = "fp32", chunk: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and mean cross-entropy of every model (packed rows [M, n_params]) on the same inputs."""
     models = packed.shape[0]
     params = packed_views(spec, packed)
-    correct = torch.zeros(models)
-    loss = torch.zeros(models, dtype=torch.float64)
-    with torch.no_grad():
+    correct = torch.zeros(models, device=packed.device)
+    loss = torch.zeros(models, dtype=torch.float64, device=packed.device)
+    with torch.no_grad(), autocast(packed.device, precision):
         for start in range(0, len(y), chunk):
             xs, ys = x[start : start + chunk], y[start : start + chunk]
-            logits = batched_logits(spec, params, xs.expand(models, *xs.shape), positions, None, embedding)
+            logits = batched_logits(spec, params, xs.expand(models, *xs.shape), positions, None, embedding).float()
             correct += (logits.argmax(-1) == ys).sum(-1)
             loss += F.cross_entropy(logits.transpose(1, 2), ys.expand(models, -1), reduction="none").sum(-1).double()
-    return (correct / len(y)).numpy(), (loss / len(y)).numpy()
+    return (correct / len(y)).cpu().numpy(), (loss / len(y)).cpu().numpy()
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """bf16 autocast for the matmuls where `precision` is "bf16" (weights and optimizer state stay float32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def packed_init(spec: ArchitectureSpec, runs: list[Run], generators: list[torch.Generator]) -> torch.Tensor:
@@ -109,59 +176,60 @@ def packed_init(spec: ArchitectureSpec, runs: list[Run], generators: list[torch.
     return torch.stack(rows)
 
 
-def train_group(runs: list[Run], data: TaskData, spec: ArchitectureSpec, epochs: int, checkpoint_epochs: list[int],
-                batch_size: int = BATCH_SIZE, augment: bool = True,
-                on_step: Callable[[], None] | None = None) -> list[Checkpoint]:
-    """Train runs that share an optimizer in lockstep; return their checkpoints (epochs listed, and the best).
+def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: ArchitectureSpec, epochs: int,
+                checkpoint_epochs: list[int], batch_size: int = BATCH_SIZE, augment: bool = True,
+                on_step: Callable[[], None] | None = None, device: torch.device | str = "cpu",
+                precision: str = "fp32") -> list[Checkpoint]:
+    """Train runs that share an optimizer in lockstep on `device`; return their checkpoints (epochs listed, and the
+    best).
 
-    Validation accuracy picks the best epoch, so it is measured every epoch; test metrics only where a
-    checkpoint is kept (the listed epochs, then the best epoch of each run where it is not one of them).
+    Every tensor of the step (weights, optimizer state, data, masks, metrics) lives on `device`, and the host only
+    prepares each epoch's draws, so a step never waits for the device. Validation accuracy picks the best epoch, so
+    it is measured every epoch; test metrics only where a checkpoint is kept (the listed epochs, then the best
+    epoch of each run where it is not one of them).
     """
     optimizers = {run.optimizer for run in runs}
     if len(optimizers) != 1:
         raise ValueError(f"a group must share one optimizer, got {sorted(optimizers)}")
+    device = torch.device(device)
+    tensors = TrainingTensors.of(data, device)
     models = len(runs)
-    streams = _RunStreams(runs, data)
-    packed = packed_init(spec, runs, streams.generators).requires_grad_()
+    streams = RunStreams(runs, spec, len(tensors.train_y))
+    packed = streams.initial.to(device).requires_grad_()
     optimizer = VectorizedOptimizer(runs[0].optimizer, packed, torch.tensor([run.l2 for run in runs]))
-    dropout = GroupDropout([run.dropout for run in runs], streams.generators, sites=2 * spec.num_blocks + 1)
-    positions = sinusoidal_positions(spec.num_tokens, spec.d_model)
-    embedding = None if data.embedding is None else torch.from_numpy(data.embedding)
-    train_x, train_y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
-    val_x, val_y = torch.from_numpy(data.validation_x), torch.from_numpy(data.validation_y)
-    test_x, test_y = torch.from_numpy(data.test_x), torch.from_numpy(data.test_y)
+    hashed = device.type != "cpu"
+    dropout = GroupDropout([run.dropout for run in runs], streams.generators, sites=2 * spec.num_blocks + 1,
+                           device=device)
+    positions = sinusoidal_positions(spec.num_tokens, spec.d_model).to(device)
+    train_x, train_y, embedding = tensors.train_x, tensors.train_y, tensors.embedding
     crop = augment and spec.modality == "vision"
     token_shape = (batch_size, spec.num_tokens if spec.modality == "vision" else train_x.shape[1], spec.d_model)
-    diverged = torch.zeros(models, dtype=torch.bool)
+    diverged = torch.zeros(models, dtype=torch.bool, device=device)
     best_accuracy = np.full(models, -1.0)
     best: list[Checkpoint | None] = [None] * models
     saved: list[Checkpoint] = []
 
     for epoch in range(1, epochs + 1):
-        lr = torch.tensor([learning_rate(run.learning_rate, epoch, epochs) for run in runs])
-        orders = [subset[torch.randperm(len(subset), generator=g)] for subset, g in zip(streams.subsets, streams.generators)]
-        steps = [math.ceil(len(order) / batch_size) for order in orders]
-        seen = torch.zeros(models)
-        correct = torch.zeros(models)
-        loss_sum = torch.zeros(models, dtype=torch.float64)
-        for step in range(max(steps)):
-            active = torch.tensor([step < s for s in steps]) & ~diverged
-            index = torch.zeros(models, batch_size, dtype=torch.long)
-            weight = torch.zeros(models, batch_size)
-            offsets = torch.full((models, batch_size, 2), CROP_PADDING, dtype=torch.long)
-            for m, order in enumerate(orders):
-                if step < steps[m]:
-                    batch = order[step * batch_size : (step + 1) * batch_size]
-                    index[m, : len(batch)], weight[m, : len(batch)] = batch, 1.0
-                    if crop:
-                        offsets[m, : len(batch)] = torch.randint(0, 2 * CROP_PADDING + 1, (len(batch), 2),
-                                                                 generator=streams.generators[m])
+        lr = torch.tensor([learning_rate(run.learning_rate, epoch, epochs) for run in runs]).to(device)
+        draws = streams.epoch(batch_size, crop, hashed and bool(dropout.drawing))
+        order, weights, steps = draws.order.to(device), draws.weight.to(device), draws.steps.to(device)
+        offsets = None if draws.offsets is None else draws.offsets.to(device)
+        seeds = None if draws.dropout_seeds is None else draws.dropout_seeds.to(device)
+        seen = torch.zeros(models, device=device)
+        correct = torch.zeros(models, device=device)
+        loss_sum = torch.zeros(models, dtype=torch.float64, device=device)
+        for step in range(draws.max_steps):
+            batch = slice(step * batch_size, (step + 1) * batch_size)
+            index, weight = order[:, batch], weights[:, batch]
+            active = (step < steps) & ~diverged
             inputs = train_x[index]
             if crop:
-                inputs = random_crop(inputs, offsets)
-            dropout.draw(token_shape)
-            logits = batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, embedding)
-            per_sample = F.cross_entropy(logits.transpose(1, 2), train_y[index], reduction="none")
+                inputs = random_crop(inputs, offsets[:, batch])
+            dropout.draw(token_shape, None if seeds is None else seeds[:, step])
+            with autocast(device, precision):
+                logits = batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, embedding)
+            labels = train_y[index]
+            per_sample = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
             per_model = (per_sample * weight).sum(-1) / weight.sum(-1).clamp_min(1.0)
             total = torch.where(active, per_model, torch.zeros_like(per_model)).nan_to_num().sum()
             packed.grad = None
@@ -170,22 +238,27 @@ def train_group(runs: list[Run], data: TaskData, spec: ArchitectureSpec, epochs:
             with torch.no_grad():
                 diverged |= ~packed.isfinite().all(1) | ~per_model.isfinite()
                 counted = active.float()[:, None] * weight
-                correct += ((logits.argmax(-1) == train_y[index]).float() * counted).sum(-1)
+                correct += ((logits.argmax(-1) == labels).float() * counted).sum(-1)
                 loss_sum += (per_sample.detach() * counted).sum(-1).double()
                 seen += counted.sum(-1)
             if on_step:
                 on_step()
         rows = packed.detach().clone()
-        val_acc, val_loss = _evaluate(spec, rows, val_x, val_y, positions, embedding)
+        val_acc, val_loss = _evaluate(spec, rows, tensors.validation_x, tensors.validation_y, positions, embedding,
+                                      precision)
         keep = epoch in checkpoint_epochs
-        test_acc, test_loss = _evaluate(spec, rows, test_x, test_y, positions, embedding) if keep else (None, None)
+        test_acc, test_loss = (_evaluate(spec, rows, tensors.test_x, tensors.test_y, positions, embedding, precision)
+                               if keep else (None, None))
+        host_rows = rows.cpu().numpy()
+        correct_, seen_, loss_ = correct.cpu(), seen.cpu(), loss_sum.cpu()
+        diverged_ = diverged.cpu()
         for m, run in enumerate(runs):
-            metrics = {"train_accuracy": float(correct[m] / seen[m]) if seen[m] else float("nan"),
-                       "train_loss": float(loss_sum[m] / seen[m]) if seen[m] else float("nan"),
+            metrics = {"train_accuracy": float(correct_[m] / seen_[m]) if seen_[m] else float("nan"),
+                       "train_loss": float(loss_[m] / seen_[m]) if seen_[m] else float("nan"),
                        "validation_accuracy": float(val_acc[m]), "validation_loss": float(val_loss[m])}
             if keep:
                 metrics |= {"test_accuracy": float(test_acc[m]), "test_loss": float(test_loss[m])}
-            record = Checkpoint(run, epoch, False, rows[m].numpy().copy(), metrics, bool(diverged[m]))
+            record = Checkpoint(run, epoch, False, host_rows[m].copy(), metrics, bool(diverged_[m]))
             if keep:
                 saved.append(record)
             if not record.diverged and val_acc[m] > best_accuracy[m]:
@@ -193,8 +266,8 @@ def train_group(runs: list[Run], data: TaskData, spec: ArchitectureSpec, epochs:
     chosen = [best[m] or next(c for c in reversed(saved) if c.run is run) for m, run in enumerate(runs)]
     untested = [m for m, c in enumerate(chosen) if "test_accuracy" not in c.metrics]
     if untested:
-        rows = torch.from_numpy(np.stack([chosen[m].params for m in untested]))
-        test_acc, test_loss = _evaluate(spec, rows, test_x, test_y, positions, embedding)
+        rows = torch.from_numpy(np.stack([chosen[m].params for m in untested])).to(device)
+        test_acc, test_loss = _evaluate(spec, rows, tensors.test_x, tensors.test_y, positions, embedding, precision)
         for m, acc, loss in zip(untested, test_acc, test_loss):
             chosen[m].metrics |= {"test_accuracy": float(acc), "test_loss": float(loss)}
     saved += [Checkpoint(c.run, c.epoch, True, c.params, c.metrics, c.diverged) for c in chosen]
@@ -204,33 +277,69 @@ def train_group(runs: list[Run], data: TaskData, spec: ArchitectureSpec, epochs:
     return saved
 
 
+_WORKER: dict[str, object] = {}
+
+
+def _start_worker(data: TaskData, spec: ArchitectureSpec, settings: dict, counter: object) -> None:
+    """A CPU worker process: one intra-op thread, the task's data received once."""
+    torch.set_num_threads(1)
+    _WORKER.update(data=data, spec=spec, settings=settings, counter=counter)
+
+
+def _count_step() -> None:
+    counter = _WORKER["counter"]
+    with counter.get_lock():
+        counter.value += 1
+
+
+def _train_in_worker(group: list[Run]) -> tuple[list[Run], list[Checkpoint], float]:
+    started = time.perf_counter()
+    checkpoints = train_group(group, _WORKER["data"], _WORKER["spec"], **_WORKER["settings"], on_step=_count_step)
+    return group, checkpoints, time.perf_counter() - started
+
+
 def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec, epochs: int,
                  checkpoint_epochs: list[int], batch_size: int = BATCH_SIZE, workers: int | None = None,
-                 on_step: Callable[[], None] | None = None) -> Iterator[tuple[list[Run], list[Checkpoint], float]]:
-    """Train groups `workers` at a time (default: one per core this process may use); yield (group, checkpoints,
-    seconds) as each ends.
+                 on_step: Callable[[], None] | None = None, device: torch.device | str = "cpu",
+                 precision: str = "fp32", augment: bool = True
+                 ) -> Iterator[tuple[list[Run], list[Checkpoint], float]]:
+    """Train groups and yield (group, checkpoints, seconds) as each ends.
 
-    Several workers each train their group on one core (one intra-op thread, in threads of this process): at
-    these sizes that beats one group whose every kernel is split over all cores (BENCHMARKS.md). A group's
-    result does not depend on the groups trained beside it.
+    On a CPU, `workers` groups at a time (default: one per core this process may use), each in its own process
+    with one intra-op thread: at these sizes that beats one group whose every kernel is split over all cores, and
+    processes beat threads of one process (BENCHMARKS.md). On an accelerator, one group at a time, the data moved
+    there once. A group's result does not depend on the groups trained beside it or on where it was trained.
     """
+    device = torch.device(device)
+    settings = {"epochs": epochs, "checkpoint_epochs": checkpoint_epochs, "batch_size": batch_size,
+                "augment": augment, "device": device, "precision": precision}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    count = max(1, min(workers or cores, len(groups)))
-
-    def train(group: list[Run]) -> tuple[list[Run], list[Checkpoint], float]:
-        started = time.perf_counter()
-        checkpoints = train_group(group, data, spec, epochs, checkpoint_epochs, batch_size, on_step=on_step)
-        return group, checkpoints, time.perf_counter() - started
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1 if count > 1 else threads)
-    pool = ThreadPoolExecutor(count)
-    try:
-        for future in as_completed([pool.submit(train, group) for group in groups]):
-            yield future.result()
-    finally:
-        pool.shutdown(cancel_futures=True)
-        torch.set_num_threads(threads)
+    count = max(1, min(workers or cores, len(groups))) if device.type == "cpu" else 1
+    if count == 1:
+        tensors = TrainingTensors.of(data, device)
+        for group in groups:
+            started = time.perf_counter()
+            checkpoints = train_group(group, tensors, spec, **settings, on_step=on_step)
+            yield group, checkpoints, time.perf_counter() - started
+        return
+    context = multiprocessing.get_context("spawn")
+    counter = context.Value("q", 0)
+    with ProcessPoolExecutor(count, mp_context=context, initializer=_start_worker,
+                             initargs=(data, spec, settings, counter)) as pool:
+        pending = {pool.submit(_train_in_worker, group) for group in groups}
+        reported = 0
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for _ in range(counter.value - reported):
+                    if on_step:
+                        on_step()
+                reported = counter.value
+                for future in done:
+                    yield future.result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def make_torch_optimizer(run: Run, parameters: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -252,10 +361,10 @@ def train_run_plain(run: Run, data: TaskData, spec: ArchitectureSpec, epochs: in
     tested against. It does the same work as `train_group`: validation accuracy every epoch, test accuracy at the
     checkpoint epochs, and draws from the same random streams (dropout aside: `nn.Dropout` uses the global RNG).
     Returns the final state_dict and the accuracies per epoch."""
-    streams = _RunStreams([run], data)
-    generator, subset = streams.generators[0], streams.subsets[0]
+    streams = RunStreams([run], spec, len(data.train_y))
     model = ZooTransformer(spec, dropout=run.dropout)
-    model.load_state_dict(init_params(spec, run.w_init_std, generator))
+    model.load_state_dict({p.name: streams.initial[0, p.offset : p.offset + p.numel].view(p.shape)
+                           for p in spec.parameters()})
     if data.embedding is not None:
         model.embedding.table.copy_(torch.from_numpy(data.embedding))
     optimizer = make_torch_optimizer(run, list(model.parameters()))
@@ -268,13 +377,13 @@ def train_run_plain(run: Run, data: TaskData, spec: ArchitectureSpec, epochs: in
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(run.learning_rate, epoch, epochs)
-        order = subset[torch.randperm(len(subset), generator=generator)]
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
+        draws = streams.epoch(batch_size, crop, dropout_seeds=False)
+        count = int(draws.steps[0]) * batch_size
+        for start in range(0, count, batch_size):
+            batch = draws.order[0, start : start + batch_size][draws.weight[0, start : start + batch_size] > 0]
             inputs = train_x[batch]
             if crop:
-                inputs = random_crop(inputs, torch.randint(0, 2 * CROP_PADDING + 1, (len(batch), 2),
-                                                           generator=generator))
+                inputs = random_crop(inputs, draws.offsets[0, start : start + len(batch)])
             loss = F.cross_entropy(model(inputs), train_y[batch])
             optimizer.zero_grad()
             loss.backward()

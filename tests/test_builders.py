@@ -16,7 +16,7 @@ import torch
 from builders.batched import GroupDropout, batched_logits, packed_views
 from builders.build import load_task_data, run_build
 from builders.data import load_embedded_mnist, load_idx_folder, parse_idx
-from builders.grid import OPTIMIZERS, PRESETS, Run, full_grid, group_id, groups, preset_runs, run_seed, shard_groups
+from builders.grid import OPTIMIZERS, PAPER_GRID, FAMILY, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
 from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group, train_run_plain
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
@@ -44,21 +44,29 @@ def test_paper_grid_and_presets() -> None:
     assert len(runs) == 16_000 and len({r.run_id for r in runs}) == 16_000
     assert {o: sum(r.optimizer == o for r in runs) for o in OPTIMIZERS} == dict.fromkeys(OPTIMIZERS, 4_000)
     assert len({r.seed for r in runs}) > 15_990
-    mini = preset_runs("mnist", PRESETS["mini"])
-    assert len(mini) >= 200
-    for optimizer in OPTIMIZERS:
-        picked = [r for r in mini if r.optimizer == optimizer]
-        assert len({r.learning_rate for r in picked}) == 8 and len({r.w_init_std for r in picked}) == 5
-        assert len({r.dropout for r in picked}) == 5 and len({r.train_fraction for r in picked}) == 4
+    stratified = preset_runs("mnist", PRESETS["tiny"])
+    assert len(stratified) == 16 and {r.optimizer for r in stratified} == set(OPTIMIZERS)
+    for name, count in (("mini", 40), ("medium", 256)):
+        picked = preset_runs("mnist", PRESETS[name])
+        assert len(picked) == count and len({r.run_id for r in picked}) == count
+        for optimizer in OPTIMIZERS:
+            mine = [r for r in picked if r.optimizer == optimizer]
+            grid = PAPER_GRID[FAMILY[optimizer]]
+            assert len(mine) == count // 4 and {r.learning_rate for r in mine} == set(grid["learning_rate"])
+            base = [r for r in mine if (r.w_init_std, r.dropout, r.train_fraction, r.l2) == (0.2, 0.0, 1.0, 1e-6)]
+            assert len(base) >= 8, "every learning rate at the base setting"
+            if name == "medium":
+                for key in ("train_fraction", "dropout", "w_init_std", "l2"):
+                    assert {getattr(r, key) for r in mine} == set(grid[key]), (optimizer, key)
 
 
-def test_shards_partition_the_groups() -> None:
-    all_groups = groups(preset_runs("mnist", PRESETS["mini"]), 20)
-    shards = [shard_groups(all_groups, 3, i) for i in range(3)]
-    ids = [group_id(g) for shard in shards for g in shard]
-    assert sorted(ids) == sorted(group_id(g) for g in all_groups) and len(ids) == len(set(ids))
+def test_shards_partition_the_runs() -> None:
+    runs = preset_runs("mnist", PRESETS["mini"])
+    shards = [shard_runs(runs, 3, i) for i in range(3)]
+    ids = [r.run_id for shard in shards for r in shard]
+    assert sorted(ids) == sorted(r.run_id for r in runs) and len(ids) == len(set(ids))
     with pytest.raises(ValueError, match="shard index 3"):
-        shard_groups(all_groups, 3, 3)
+        shard_runs(runs, 3, 3)
 
 
 @pytest.mark.parametrize("optimizer,lr", [("sgd", 0.05), ("sgd_momentum", 0.01), ("adam", 1e-3), ("rmsprop", 1e-3)])
@@ -232,9 +240,9 @@ def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
     for index in range(2):
         run_build("mnist", "tiny", tmp_path / f"shard{index}", num_shards=2, shard_index=index, progress=False,
                   log=quiet)
-    with pytest.raises(ZooFormatError, match="2 groups missing"):
+    with pytest.raises(ZooFormatError, match="8 runs missing"):
         merge_shards(tmp_path / "merged", [tmp_path / "shard0"], "mnist", "tiny")
-    with pytest.raises(ZooFormatError, match="present twice"):
+    with pytest.raises(ZooFormatError, match="run mnist-.* is present twice"):
         merge_shards(tmp_path / "merged", [tmp_path / "shard0", tmp_path / "shard0"], "mnist", "tiny")
     merge_shards(tmp_path / "merged", [tmp_path / "shard0", tmp_path / "shard1"], "mnist", "tiny")
     first, merged = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "merged", "mnist-tiny")
@@ -243,9 +251,7 @@ def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
 
 def test_one_group_at_a_time_on_every_core_makes_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
     """The default trains one group per core, one thread each; one group on all cores gives the same weights."""
-    from builders.build import local_executor
-
-    run_build("mnist", "tiny", tmp_path / "serial", progress=False, executor=local_executor(1), log=quiet)
+    run_build("mnist", "tiny", tmp_path / "serial", progress=False, workers=1, log=quiet)
     first, serial = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "serial", "mnist-tiny")
     assert first.keys() == serial.keys() and all(torch.equal(first[k], serial[k]) for k in first)
 

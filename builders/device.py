@@ -1,0 +1,128 @@
+"""Where a build trains: the device, its numeric precision, and how many runs fit in one group there.
+
+Everything is checked before any training starts: an unknown device, `cuda` without a GPU, bf16 where the device
+has no bf16 arithmetic, and a group size that does not fit in the device's free memory (with what it needs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from small_transformer_zoo.architecture import ArchitectureSpec
+
+from .batched import GroupDropout, batched_logits, packed_views
+from .trainer import PRECISIONS, autocast
+
+DEVICES = ("auto", "cpu", "cuda")
+MAX_GROUP = 4096           # runs per group on an accelerator, at most
+MEMORY_HEADROOM = 0.85     # share of the free memory a build plans to use
+STATE_COPIES = 8           # weights, gradient, up to two optimizer states, the epoch's copy and update temporaries
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` (CUDA when torch sees a GPU, else the CPU), `cpu`, `cuda` or `cuda:N`."""
+    base = name.split(":", 1)[0]
+    if base not in DEVICES or (":" in name and base != "cuda"):
+        raise ValueError(f"unknown device {name!r}; devices are {list(DEVICES)} (or cuda:N)")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if base == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise ValueError(f"device {name!r}: torch {torch.__version__} ({build}) sees no CUDA GPU; use --device cpu")
+        device = torch.device(name)
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return device
+    return torch.device("cpu")
+
+
+def check_precision(device: torch.device, precision: str) -> None:
+    """bf16 needs bf16 arithmetic on the device: Ampere or newer GPUs, or CPUs with AVX512-BF16 / AMX (elsewhere
+    PyTorch emulates it on a CPU, hundreds of times slower than float32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; precisions are {list(PRECISIONS)}")
+    if precision != "bf16":
+        return
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; use fp32")
+    if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise ValueError("precision bf16: this CPU has no native bf16 arithmetic (AVX512-BF16 or AMX), so bf16 "
+                         "would be emulated and far slower than fp32; use --precision fp32")
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free on the device: CUDA's own figure, or the host's available memory for the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def activation_bytes_per_sample(spec: ArchitectureSpec, precision: str, tokens: int) -> int:
+    """Bytes autograd keeps for the backward pass per training sample, measured on one model with saved-tensor
+    hooks (each storage counted once), dropout on at every site."""
+    probe = 4
+    generator = torch.Generator().manual_seed(0)
+    packed = (torch.randn(1, spec.n_params, generator=generator) * 0.1).requires_grad_()
+    if spec.modality == "vision":
+        inputs = torch.randn(1, probe, spec.in_channels, spec.image_size, spec.image_size, generator=generator)
+        table = None
+    else:
+        inputs = torch.randint(1, spec.vocab_size, (1, probe, tokens), generator=generator)
+        table = torch.randn(spec.vocab_size, spec.d_model, generator=generator)
+    positions = torch.zeros(max(tokens, spec.num_tokens), spec.d_model)
+    dropout = GroupDropout([0.1], [generator], sites=2 * spec.num_blocks + 1)
+    dropout.draw((probe, tokens, spec.d_model))
+    storages: dict[int, int] = {}
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor), autocast(torch.device("cpu"), precision):
+        batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, table)
+    storages.pop(packed.untyped_storage().data_ptr(), None)  # the weights themselves are counted as state
+    return sum(storages.values()) // probe
+
+
+def bytes_per_run(spec: ArchitectureSpec, batch_size: int, precision: str, tokens: int) -> int:
+    """Memory one run of a group needs while training: its weight-sized state, and twice the activations of a
+    batch (the backward pass's gradients are about as large as what it reads)."""
+    state = STATE_COPIES * 4 * spec.n_params
+    return state + 2 * batch_size * activation_bytes_per_sample(spec, precision, tokens)
+
+
+def choose_group_size(requested: int | str, device: torch.device, spec: ArchitectureSpec, batch_size: int,
+                      precision: str, tokens: int, cpu_default: int, largest_family: int, workers: int = 1,
+                      free_bytes: int | None = None) -> int:
+    """Runs per group: `auto` is the preset's size on a CPU and as many as fit (up to the largest optimizer
+    family, at most MAX_GROUP) on an accelerator; a number is checked against the free memory."""
+    free = free_memory(device) if free_bytes is None else free_bytes
+    per_run = bytes_per_run(spec, batch_size, precision, tokens)
+    budget = int(free * MEMORY_HEADROOM) // max(1, workers)
+    fits = budget // per_run
+    gib = 1024 ** 3
+    if requested == "auto":
+        size = min(cpu_default if device.type == "cpu" else min(largest_family, MAX_GROUP), fits)
+        if size < 1:
+            raise ValueError(f"not even one run fits on {device}: one needs {per_run / gib:.2f} GiB at batch "
+                             f"{batch_size}, {free / gib:.2f} GiB free")
+        return size
+    size = int(requested)
+    if size < 1:
+        raise ValueError(f"group size must be at least 1, got {size}")
+    if size > fits:
+        raise ValueError(f"group size {size} does not fit on {device}: it needs {size * per_run * workers / gib:.2f} "
+                         f"GiB ({per_run / 2**20:.1f} MiB per run at batch {batch_size}, {precision}"
+                         f"{f', {workers} workers' if workers > 1 else ''}), {free / gib:.2f} GiB free; at most "
+                         f"{fits} fit")
+    return size
