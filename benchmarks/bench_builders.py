@@ -10,9 +10,10 @@ does). Same work on every side; each way runs `--repeats` times, interleaved, an
 is shared). Achieved GFLOP/s (analytic training and evaluation FLOPs / time) is compared with a large float32
 matmul measured in the same command.
 
-CUDA: groups of 64 to 4,096 runs (those that fit in free memory) at the paper's batch of 128, in fp32 and bf16,
-against the GPU's fp32 and bf16 matmul throughput measured in the same command; then the `paper` preset's
-GPU-hours per task at the best rate.
+CUDA (the group-size sweep): groups of 64 to 4,096 runs (those that fit in free memory) at the paper's batch of
+128 with crops, in fp32 and bf16, against the GPU's fp32 and bf16 matmul throughput measured in the same command;
+then the `paper` preset's GPU-hours per task at the best rate. `--sweep` runs the same sweep on a CPU (with small
+`--group-sizes`), which is how its code path is checked without a GPU.
 
 Both end with the `paper` preset's cost: 16,000 runs x 100 epochs on 54,000 training images, validation every
 epoch, test at the five checkpoints.
@@ -31,7 +32,8 @@ import torch
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
 from builders.build import load_task_data, training_flops_per_sample
-from builders.device import choose_group_size, resolve_device
+from builders.device import choose_group_size
+from small_transformer_zoo.devices import resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
 from builders.trainer import TrainingTensors, train_group, train_groups, train_run_plain
 from small_transformer_zoo.architecture import mnist_spec
@@ -115,20 +117,23 @@ def cpu_benchmark(args: argparse.Namespace) -> None:
           f"{total / rate / 86400:,.0f} days on this machine, {total / rate / 86400 / 100:,.1f} days on 100 of them")
 
 
-def cuda_benchmark(args: argparse.Namespace) -> None:
+def group_size_sweep(args: argparse.Namespace) -> None:
+    """Model-epochs/s per group size and precision on one device (a GPU; `--sweep` runs it on a CPU too)."""
     device = resolve_device(args.device)
     spec = mnist_spec()
     data = load_task_data("mnist", args.data_dir, PRESETS["paper"])
     data.train_x, data.train_y = data.train_x[: args.train_samples], data.train_y[: args.train_samples]
     tensors = TrainingTensors.of(data, device)
-    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; one epoch of {len(data.train_y)} "
-          f"samples at batch 128, then {len(data.validation_y)} validation and {len(data.test_y)} test")
-    peaks = {"fp32": matmul_gflops(device, torch.float32, 8192), "bf16": matmul_gflops(device, torch.bfloat16, 8192)}
-    print(f"matmul 8192x8192: fp32 {peaks['fp32'] / 1e3:.1f} TFLOP/s, bf16 {peaks['bf16'] / 1e3:.1f} TFLOP/s")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"{name}, torch {torch.__version__}; one epoch of {len(data.train_y)} samples at batch 128 with crops, "
+          f"then {len(data.validation_y)} validation and {len(data.test_y)} test")
+    size = 8192 if device.type == "cuda" else 512
+    peaks = {"fp32": matmul_gflops(device, torch.float32, size), "bf16": matmul_gflops(device, torch.bfloat16, size)}
+    print(f"matmul {size}x{size}: fp32 {peaks['fp32'] / 1e3:.2f} TFLOP/s, bf16 {peaks['bf16'] / 1e3:.2f} TFLOP/s")
     grid = [r for r in full_grid("mnist") if r.optimizer == "adam"]
     per_sample = training_flops_per_sample(spec)
-    best_rate = {}
-    for precision in ("fp32", "bf16"):
+    best_rate: dict[str, tuple[float, int]] = {}
+    for precision in args.precisions:
         for size in args.group_sizes:
             try:
                 choose_group_size(size, device, spec, 128, precision, spec.num_tokens, 10, len(grid))
@@ -142,15 +147,18 @@ def cuda_benchmark(args: argparse.Namespace) -> None:
             seconds = best_of({"group": lambda: train_group(runs, tensors, spec, 1, [1], 128, True, device=device,
                                                             precision=precision)}, args.repeats, device)["group"]
             rate = flops / seconds
-            best_rate[precision] = max(best_rate.get(precision, 0.0), rate)
-            print(f"  {precision} {size:>5} runs: {size / seconds:9.1f} model-epochs/s  {rate / 1e12:6.2f} TFLOP/s  "
-                  f"({rate / 1e9 / peaks[precision]:.1%} of {precision} matmul)  peak memory "
-                  f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
-            torch.cuda.reset_peak_memory_stats(device)
+            if rate > best_rate.get(precision, (0.0, 0))[0]:
+                best_rate[precision] = (rate, size)
+            memory = (f"  peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
+                      if device.type == "cuda" else "")
+            print(f"  {precision} {size:>5} runs: {size / seconds:9.1f} model-epochs/s  {rate / 1e12:7.3f} TFLOP/s  "
+                  f"({rate / 1e9 / peaks[precision]:.1%} of {precision} matmul){memory}", flush=True)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
     total = paper_flops(spec)
-    for precision, rate in best_rate.items():
-        print(f"paper preset, one task ({total / 1e15:.1f} PFLOP), {precision} at the best group size: "
-              f"{total / rate / 3600:.1f} GPU-hours")
+    for precision, (rate, size) in best_rate.items():
+        print(f"paper preset, one task ({total / 1e15:.1f} PFLOP), {precision} in groups of {size}: "
+              f"{total / rate / 3600:,.1f} device-hours")
 
 
 def main() -> None:
@@ -159,13 +167,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="CPU: runs per way")
     parser.add_argument("--train-samples", type=int, default=1200, help="training samples per epoch")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--group-sizes", type=int, nargs="+", default=[64, 256, 1024, 4096], help="CUDA: runs per group")
-    parser.add_argument("--data-dir", help="CUDA: an MNIST IDX folder (default: the embedded digits)")
+    parser.add_argument("--group-sizes", type=int, nargs="+", default=[64, 256, 1024, 4096],
+                        help="group-size sweep: runs per group")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help="group-size sweep: precisions")
+    parser.add_argument("--data-dir", help="group-size sweep: an MNIST IDX folder (default: the embedded digits)")
+    parser.add_argument("--sweep", action="store_true", help="run the group-size sweep on a CPU too")
     args = parser.parse_args()
-    if resolve_device(args.device).type == "cpu":
+    if resolve_device(args.device).type == "cpu" and not args.sweep:
         cpu_benchmark(args)
     else:
-        cuda_benchmark(args)
+        group_size_sweep(args)
 
 
 if __name__ == "__main__":

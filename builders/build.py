@@ -28,7 +28,9 @@ from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.writer import ZooWriter
 
 from .data import FASHION_MNIST_DIR, TaskData, hub_repo, load_embedded_mnist, load_hub_images, load_idx_folder
-from .device import check_precision, choose_group_size, resolve_device
+from small_transformer_zoo.devices import resolve_device
+
+from .device import check_precision, choose_group_size
 from .grid import OPTIMIZERS, PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
 from .trainer import Checkpoint, train_groups
 

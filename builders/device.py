@@ -13,31 +13,13 @@ import torch
 
 from small_transformer_zoo.architecture import ArchitectureSpec
 
+
 from .batched import GroupDropout, batched_logits, packed_views
 from .trainer import PRECISIONS, autocast
 
-DEVICES = ("auto", "cpu", "cuda")
 MAX_GROUP = 4096           # runs per group on an accelerator, at most
 MEMORY_HEADROOM = 0.85     # share of the free memory a build plans to use
 STATE_COPIES = 8           # weights, gradient, up to two optimizer states, the epoch's copy and update temporaries
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` (CUDA when torch sees a GPU, else the CPU), `cpu`, `cuda` or `cuda:N`."""
-    base = name.split(":", 1)[0]
-    if base not in DEVICES or (":" in name and base != "cuda"):
-        raise ValueError(f"unknown device {name!r}; devices are {list(DEVICES)} (or cuda:N)")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if base == "cuda":
-        if not torch.cuda.is_available():
-            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-            raise ValueError(f"device {name!r}: torch {torch.__version__} ({build}) sees no CUDA GPU; use --device cpu")
-        device = torch.device(name)
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-        return device
-    return torch.device("cpu")
 
 
 def check_precision(device: torch.device, precision: str) -> None:

@@ -10,8 +10,8 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-import multiprocessing
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -277,25 +277,15 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
     return saved
 
 
-_WORKER: dict[str, object] = {}
-
-
-def _start_worker(data: TaskData, spec: ArchitectureSpec, settings: dict, counter: object) -> None:
-    """A CPU worker process: one intra-op thread, the task's data received once."""
-    torch.set_num_threads(1)
-    _WORKER.update(data=data, spec=spec, settings=settings, counter=counter)
-
-
-def _count_step() -> None:
-    counter = _WORKER["counter"]
-    with counter.get_lock():
-        counter.value += 1
-
-
-def _train_in_worker(group: list[Run]) -> tuple[list[Run], list[Checkpoint], float]:
-    started = time.perf_counter()
-    checkpoints = train_group(group, _WORKER["data"], _WORKER["spec"], **_WORKER["settings"], on_step=_count_step)
-    return group, checkpoints, time.perf_counter() - started
+@contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set for the block and restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec, epochs: int,
@@ -305,40 +295,33 @@ def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec
                  ) -> Iterator[tuple[list[Run], list[Checkpoint], float]]:
     """Train groups and yield (group, checkpoints, seconds) as each ends.
 
-    On a CPU, `workers` groups at a time (default: one per core this process may use), each in its own process
-    with one intra-op thread: at these sizes that beats one group whose every kernel is split over all cores, and
-    processes beat threads of one process (BENCHMARKS.md). On an accelerator, one group at a time, the data moved
-    there once. A group's result does not depend on the groups trained beside it or on where it was trained.
+    On a CPU, `workers` groups at a time (default: one per core this process may use), each on one core (one
+    intra-op thread, in threads of this process): at these sizes that beats one group whose every kernel is split
+    over all cores (BENCHMARKS.md). On an accelerator, one group at a time, the data moved there once. A group's
+    result does not depend on the groups trained beside it or on where it was trained.
     """
     device = torch.device(device)
+    tensors = TrainingTensors.of(data, device)
     settings = {"epochs": epochs, "checkpoint_epochs": checkpoint_epochs, "batch_size": batch_size,
-                "augment": augment, "device": device, "precision": precision}
+                "augment": augment, "on_step": on_step, "device": device, "precision": precision}
+
+    def train(group: list[Run]) -> tuple[list[Run], list[Checkpoint], float]:
+        started = time.perf_counter()
+        checkpoints = train_group(group, tensors, spec, **settings)
+        return group, checkpoints, time.perf_counter() - started
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     count = max(1, min(workers or cores, len(groups))) if device.type == "cpu" else 1
     if count == 1:
-        tensors = TrainingTensors.of(data, device)
-        for group in groups:
-            started = time.perf_counter()
-            checkpoints = train_group(group, tensors, spec, **settings, on_step=on_step)
-            yield group, checkpoints, time.perf_counter() - started
+        yield from map(train, groups)
         return
-    context = multiprocessing.get_context("spawn")
-    counter = context.Value("q", 0)
-    with ProcessPoolExecutor(count, mp_context=context, initializer=_start_worker,
-                             initargs=(data, spec, settings, counter)) as pool:
-        pending = {pool.submit(_train_in_worker, group) for group in groups}
-        reported = 0
+    with intra_op_threads(1), ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(train, group) for group in groups]
         try:
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for _ in range(counter.value - reported):
-                    if on_step:
-                        on_step()
-                reported = counter.value
-                for future in done:
-                    yield future.result()
+            for future in as_completed(futures):
+                yield future.result()
         finally:
-            for future in pending:
+            for future in futures:
                 future.cancel()
 
 

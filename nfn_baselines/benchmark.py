@@ -87,8 +87,9 @@ def load_bench_data(root: str | os.PathLike[str], config: str) -> BenchData:
     return BenchData(zoo.spec, splits, test_ids)
 
 
-def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int) -> np.ndarray:
-    """Train one model with one seed (selection on validation) and predict the test split."""
+def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int, device: str = "cpu") -> np.ndarray:
+    """Train one model with one seed (selection on validation) and predict the test split. Neural models train on
+    `device`; the tree models on the CPU (the xgboost-cpu and lightgbm wheels are CPU builds)."""
     spec = data.spec
     if model.kind in TREE_MODELS:
         as_numpy = {k: (v[0].numpy(), v[1].numpy()) for k, v in data.splits.items()}
@@ -100,18 +101,19 @@ def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int) -> n
                                               components=model.components)
     else:
         net = FlatPredictor(spec, mode=model.kind, components=model.components)
-    config = TrainConfig(epochs=epochs, warmup_epochs=max(1, epochs // 10), seed=seed)
+    config = TrainConfig(epochs=epochs, warmup_epochs=max(1, epochs // 10), seed=seed, device=device)
     result = train_predictor(net, spec, data.splits["train"], data.splits["validation"], config)
     return predict(result.model, data.splits["test"][0], spec)
 
 
 def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int], epochs: int,
                   thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-                  on_done: Callable[[str, int, dict[str, float]], None] | None = None) -> BenchResult:
+                  on_done: Callable[[str, int, dict[str, float]], None] | None = None,
+                  device: str = "cpu") -> BenchResult:
     result = BenchResult(true=data.splits["test"][1].numpy())
     for model in models:
         for seed in seeds:
-            predicted = predict_test(model, data, seed, epochs)
+            predicted = predict_test(model, data, seed, epochs, device)
             row = scores(predicted, result.true, tuple(thresholds))
             result.rows.setdefault(model.name, []).append(row)
             if seed == seeds[0]:

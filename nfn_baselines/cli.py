@@ -10,6 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo
+from small_transformer_zoo.devices import resolve_device
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
 from .leaderboard import add_result, load_leaderboard, render_leaderboard, score_submission, write_submission
@@ -31,7 +32,8 @@ def _bench(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.set_postfix_str(f"{name} seed {seed}: tau {row['tau']:.3f}")
 
-    result = run_benchmark(data, models, seeds, args.epochs, tuple(args.thresholds), on_done=done)
+    result = run_benchmark(data, models, seeds, args.epochs, tuple(args.thresholds), on_done=done,
+                           device=str(resolve_device(args.device)))
     bar.close()
     summary = summarize(result)
     markdown = render_markdown(summary, args.thresholds, len(seeds), args.config)
@@ -101,4 +103,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS))
     bench.add_argument("--out", default="stz-out/bench", help="folder for the JSON, Markdown and plots")
     bench.add_argument("--leaderboard", help="score each model's first-seed predictions into this results file")
+    bench.add_argument("--device", default="auto", help="where the neural models train: auto (CUDA when torch sees a "
+                                                       "GPU), cpu, cuda or cuda:N; trees use the CPU (default: auto)")
     bench.set_defaults(func=_bench)

@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo, load_dataset
+from small_transformer_zoo.devices import resolve_device
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
 from .benchmark import (BASE_MODELS, load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
@@ -27,12 +28,12 @@ def _header(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0) -> int:
+def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: str = "auto") -> int:
     from builders.build import config_name, run_build
 
     config = config_name("mnist", preset)
     _header(f"1. build the {preset} MNIST zoo from the embedded data into {out}/{config}")
-    run_build("mnist", preset, out)
+    run_build("mnist", preset, out, device=device)
 
     _header(f"2. load_dataset('small-transformer-zoo', '{config}'): found offline by name")
     splits = load_dataset("small-transformer-zoo", config)
@@ -46,7 +47,8 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0) -> int:
     models = model_specs(BASE_MODELS)
     bar = tqdm(total=len(models), desc="   models", unit="model", file=sys.stderr)
     result = run_benchmark(data, models, [seed], epochs,
-                           on_done=lambda name, _, row: (bar.update(1), bar.set_postfix_str(f"{name}: tau {row['tau']:.3f}")))
+                           on_done=lambda name, _, row: (bar.update(1), bar.set_postfix_str(f"{name}: tau {row['tau']:.3f}")),
+                           device=str(resolve_device(device)))
     bar.close()
     print()
     print(render_markdown(summarize(result), DEFAULT_THRESHOLDS, 1, config))
@@ -68,4 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("stz-out"), help="zoo root (default ./stz-out)")
     parser.add_argument("--preset", default="mini", choices=("tiny", "mini"))
     parser.add_argument("--epochs", type=int, default=30, help="Transformer-NFN training epochs")
-    parser.set_defaults(func=lambda args: run_quickstart(args.out, args.preset, args.epochs))
+    parser.add_argument("--device", default="auto", help="where the zoo and the neural models train: auto (CUDA when "
+                                                         "torch sees a GPU), cpu, cuda or cuda:N (default: auto)")
+    parser.set_defaults(func=lambda args: run_quickstart(args.out, args.preset, args.epochs, device=args.device))

@@ -29,6 +29,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     seed: int = 0
     augment: bool = False
+    device: str = "cpu"          # where the predictor and its batches live
 
 
 @dataclass
@@ -51,9 +52,10 @@ def warmup_cosine(total_steps: int, warmup_steps: int, start_factor: float = 0.1
 
 @torch.no_grad()
 def predict(model: nn.Module, params: torch.Tensor, spec: ArchitectureSpec, batch_size: int = 256) -> np.ndarray:
-    """Predicted accuracies for packed weights [N, n_params]."""
+    """Predicted accuracies for packed weights [N, n_params] (moved, a batch at a time, to the model's device)."""
     model.eval()
-    out = [model(TransformerWeights.from_params(params[i : i + batch_size], spec))
+    device = next(model.parameters()).device
+    out = [model(TransformerWeights.from_params(params[i : i + batch_size].to(device), spec))
            for i in range(0, len(params), batch_size)]
     return torch.cat(out).cpu().numpy() if out else np.empty(0)
 
@@ -64,7 +66,9 @@ def train_predictor(model: nn.Module, spec: ArchitectureSpec, train: tuple[torch
     """Train `model` (weights -> accuracy in (0, 1)); returns it with the parameters of its best validation epoch."""
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    params, labels = train
+    device = torch.device(config.device)
+    model.to(device)
+    params, labels = train[0].to(device), train[1].to(device)
     steps_per_epoch = max(1, math.ceil(len(params) / config.batch_size))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -73,22 +77,22 @@ def train_predictor(model: nn.Module, spec: ArchitectureSpec, train: tuple[torch
     best = TrainResult(copy.deepcopy(model), -1, -math.inf)
     for epoch in range(1, config.epochs + 1):
         model.train()
-        order = torch.randperm(len(params), generator=generator)
-        total = 0.0
+        order = torch.randperm(len(params), generator=generator).to(device)
+        total = torch.zeros((), device=device)
         for start in range(0, len(params), config.batch_size):
             index = order[start : start + config.batch_size]
             weights = TransformerWeights.from_params(params[index], spec)
             if config.augment:
-                weights = sample_group_element(spec, generator).act(weights)
+                weights = sample_group_element(spec, generator).act(weights.to("cpu")).to(device)
             logits = model.forward_logits(weights)
             loss = loss_fn(logits, labels[index].to(logits.dtype))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             schedule.step()
-            total += loss.item() * len(index)
+            total += loss.detach() * len(index)
         tau = kendall_tau(predict(model, validation[0], spec), validation[1].numpy())
-        record = {"epoch": epoch, "train_loss": total / len(params), "validation_tau": tau}
+        record = {"epoch": epoch, "train_loss": float(total) / len(params), "validation_tau": tau}
         best.history.append(record)
         if progress:
             progress(record)

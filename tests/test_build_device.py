@@ -7,7 +7,8 @@ import torch
 
 from builders.batched import GroupDropout
 from builders.build import run_build
-from builders.device import bytes_per_run, check_precision, choose_group_size, resolve_device
+from builders.device import bytes_per_run, check_precision, choose_group_size
+from small_transformer_zoo.devices import resolve_device
 from builders.grid import Run, run_seed
 from builders.trainer import RunStreams, train_group
 from small_transformer_zoo import Zoo
@@ -129,3 +130,31 @@ def test_the_same_zoo_whatever_the_group_size(tmp_path) -> None:
         assert [r["checkpoint_id"] for r in a] == [r["checkpoint_id"] for r in b]
         assert a == b, "every metadata value, accuracies included, is the same"
         assert torch.equal(first.split_weights(split).to_tensor(), second.split_weights(split).to_tensor())
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--group-size", "4", "--workers", "1"], None),
+    (["--group-size", "many"], "expected 'auto' or a number of runs"),
+    (["--precision", "fp16"], "invalid choice: 'fp16'"),
+])
+def test_build_command_checks_its_placement(argv: list[str], message: str | None, tmp_path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from small_transformer_zoo.cli import main
+
+    command = ["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--dry-run", *argv]
+    if message is None:
+        assert main(command) == 0
+        printed = capsys.readouterr().out
+        assert '"group_size": 4' in printed and '"device": "cpu"' in printed
+        return
+    try:
+        code = main(command)
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    assert code == 2 and message in captured.err and "Traceback" not in captured.err
+    if not torch.cuda.is_available():
+        assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--device", "cuda"]) == 2
+        assert "sees no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "mnist-tiny").exists()

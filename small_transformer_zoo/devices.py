@@ -1,0 +1,25 @@
+"""Device names as every command takes them: `auto`, `cpu`, `cuda` or `cuda:N`, checked before any work starts."""
+
+from __future__ import annotations
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` (CUDA when torch sees a GPU, else the CPU), `cpu`, `cuda` or `cuda:N`."""
+    base = name.split(":", 1)[0]
+    if base not in DEVICES or (":" in name and base != "cuda"):
+        raise ValueError(f"unknown device {name!r}; devices are {list(DEVICES)} (or cuda:N)")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if base == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise ValueError(f"device {name!r}: torch {torch.__version__} ({build}) sees no CUDA GPU; use --device cpu")
+        device = torch.device(name)
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return device
+    return torch.device("cpu")
