@@ -89,6 +89,10 @@ def load_task_data(task: str, data_dir: str | Path | None, preset: Preset,
     if preset.max_train_samples is not None and len(data.train_y) > preset.max_train_samples:
         data.train_x, data.train_y = data.train_x[: preset.max_train_samples], data.train_y[: preset.max_train_samples]
         data.source["train_samples_capped_at"] = preset.max_train_samples
+    cap = preset.max_validation_samples
+    if cap is not None and len(data.validation_y) > cap:
+        data.validation_x, data.validation_y = data.validation_x[:cap], data.validation_y[:cap]
+        data.source["validation_samples_capped_at"] = cap
     return data
 
 

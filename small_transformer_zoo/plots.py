@@ -10,6 +10,8 @@ import numpy as np
 
 from .reader import Zoo
 
+MAX_PANELS = 7
+
 
 def pyplot() -> Any:
     """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
@@ -41,9 +43,14 @@ def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
     for r in rows:
         if not r["diverged"]:
             groups.setdefault("best" if r["is_best"] else f"epoch {r['epoch']}", []).append(r["test_accuracy"])
-    names = sorted((g for g in groups if g != "best"), key=lambda g: int(g.split()[1])) + \
-        (["best"] if "best" in groups else [])
-    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), sharey=True, squeeze=False)
+    epochs = sorted(int(g.split()[1]) for g in groups if g != "best")
+    shown = epochs
+    if len(epochs) > MAX_PANELS - 2:  # a checkpoint every epoch: the first, the paper's 50% and 75%, the last, all
+        shown = sorted({epochs[0], *(min(epochs, key=lambda e: abs(e - f * epochs[-1])) for f in (0.5, 0.75)),
+                        epochs[-1]})
+        groups["all epochs"] = [a for e in epochs for a in groups[f"epoch {e}"]]
+    names = [f"epoch {e}" for e in shown] + [g for g in ("all epochs", "best") if g in groups]
+    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), sharey=False, squeeze=False)
     bins = np.linspace(0, 1, 21)
     for axis, name in zip(axes[0], names):
         axis.hist(groups[name], bins=bins, color="tab:blue", edgecolor="white")
