@@ -70,7 +70,8 @@ def activation_bytes_per_sample(spec: ArchitectureSpec, precision: str, tokens: 
         storages[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor), autocast(torch.device("cpu"), precision):
+    hooks = torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor)
+    with hooks, autocast(torch.device("cpu"), precision):
         batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, table)
     storages.pop(packed.untyped_storage().data_ptr(), None)  # the weights themselves are counted as state
     return sum(storages.values()) // probe

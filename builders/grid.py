@@ -48,7 +48,7 @@ class Preset:
 
 PRESETS = {
     "paper": Preset("paper", epochs=100, runs=None, max_train_samples=None, group_size=32),
-    "medium": Preset("medium", epochs=16, runs=240, max_train_samples=8_000, group_size=15, batch_size=16,
+    "medium": Preset("medium", epochs=16, runs=240, max_train_samples=7_000, group_size=15, batch_size=16,
                      selection="sweep", augment=False, every_epoch=True, max_validation_samples=2_000),
     "mini": Preset("mini", epochs=12, runs=40, max_train_samples=None, group_size=10, batch_size=16,
                    selection="sweep", augment=False, every_epoch=True),

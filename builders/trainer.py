@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -145,7 +146,8 @@ class TrainingTensors:
 
 
 def _evaluate(spec: ArchitectureSpec, packed: torch.Tensor, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor,
-              embedding: torch.Tensor | None, precision: str = "fp32", chunk: int = 50) -> tuple[np.ndarray, np.ndarray]:
+              embedding: torch.Tensor | None, precision: str = "fp32",
+              chunk: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and mean cross-entropy of every model (packed rows [M, n_params]) on the same inputs."""
     models = packed.shape[0]
     params = packed_views(spec, packed)
@@ -179,9 +181,13 @@ def packed_init(spec: ArchitectureSpec, runs: list[Run], generators: list[torch.
 def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: ArchitectureSpec, epochs: int,
                 checkpoint_epochs: list[int], batch_size: int = BATCH_SIZE, augment: bool = True,
                 on_step: Callable[[], None] | None = None, device: torch.device | str = "cpu",
-                precision: str = "fp32") -> list[Checkpoint]:
+                precision: str = "fp32", hashed_dropout: bool | None = None) -> list[Checkpoint]:
     """Train runs that share an optimizer in lockstep on `device`; return their checkpoints (epochs listed, and the
     best).
+
+    `hashed_dropout` (default: on any device but the CPU) draws dropout masks from per-step seeds that each epoch's
+    host draws include, so those draws can be made for the next epoch while this one trains; otherwise masks come
+    from the runs' generators during the epoch, and the draws are made at its start.
 
     Every tensor of the step (weights, optimizer state, data, masks, metrics) lives on `device`, and the host only
     prepares each epoch's draws, so a step never waits for the device. Validation accuracy picks the best epoch, so
@@ -197,7 +203,7 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
     streams = RunStreams(runs, spec, len(tensors.train_y))
     packed = streams.initial.to(device).requires_grad_()
     optimizer = VectorizedOptimizer(runs[0].optimizer, packed, torch.tensor([run.l2 for run in runs]))
-    hashed = device.type != "cpu"
+    hashed = device.type != "cpu" if hashed_dropout is None else hashed_dropout
     dropout = GroupDropout([run.dropout for run in runs], streams.generators, sites=2 * spec.num_blocks + 1,
                            device=device)
     positions = sinusoidal_positions(spec.num_tokens, spec.d_model).to(device)
@@ -209,60 +215,68 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
     best: list[Checkpoint | None] = [None] * models
     saved: list[Checkpoint] = []
 
-    for epoch in range(1, epochs + 1):
-        lr = torch.tensor([learning_rate(run.learning_rate, epoch, epochs) for run in runs]).to(device)
-        draws = streams.epoch(batch_size, crop, hashed and bool(dropout.drawing))
-        order, weights, steps = draws.order.to(device), draws.weight.to(device), draws.steps.to(device)
-        offsets = None if draws.offsets is None else draws.offsets.to(device)
-        seeds = None if draws.dropout_seeds is None else draws.dropout_seeds.to(device)
-        seen = torch.zeros(models, device=device)
-        correct = torch.zeros(models, device=device)
-        loss_sum = torch.zeros(models, dtype=torch.float64, device=device)
-        for step in range(draws.max_steps):
-            batch = slice(step * batch_size, (step + 1) * batch_size)
-            index, weight = order[:, batch], weights[:, batch]
-            active = (step < steps) & ~diverged
-            inputs = train_x[index]
-            if crop:
-                inputs = random_crop(inputs, offsets[:, batch])
-            dropout.draw(token_shape, None if seeds is None else seeds[:, step])
-            with autocast(device, precision):
-                logits = batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, embedding)
-            labels = train_y[index]
-            per_sample = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
-            per_model = (per_sample * weight).sum(-1) / weight.sum(-1).clamp_min(1.0)
-            total = torch.where(active, per_model, torch.zeros_like(per_model)).nan_to_num().sum()
-            packed.grad = None
-            total.backward()
-            optimizer.step(lr, active)
-            with torch.no_grad():
-                diverged |= ~packed.isfinite().all(1) | ~per_model.isfinite()
-                counted = active.float()[:, None] * weight
-                correct += ((logits.argmax(-1) == labels).float() * counted).sum(-1)
-                loss_sum += (per_sample.detach() * counted).sum(-1).double()
-                seen += counted.sum(-1)
-            if on_step:
-                on_step()
-        rows = packed.detach().clone()
-        val_acc, val_loss = _evaluate(spec, rows, tensors.validation_x, tensors.validation_y, positions, embedding,
-                                      precision)
-        keep = epoch in checkpoint_epochs
-        test_acc, test_loss = (_evaluate(spec, rows, tensors.test_x, tensors.test_y, positions, embedding, precision)
-                               if keep else (None, None))
-        host_rows = rows.cpu().numpy()
-        correct_, seen_, loss_ = correct.cpu(), seen.cpu(), loss_sum.cpu()
-        diverged_ = diverged.cpu()
-        for m, run in enumerate(runs):
-            metrics = {"train_accuracy": float(correct_[m] / seen_[m]) if seen_[m] else float("nan"),
-                       "train_loss": float(loss_[m] / seen_[m]) if seen_[m] else float("nan"),
-                       "validation_accuracy": float(val_acc[m]), "validation_loss": float(val_loss[m])}
+    draw_epoch = partial(streams.epoch, batch_size, crop, hashed and bool(dropout.drawing))
+    # Hashed masks leave the generators to the epoch draws alone, so the next epoch's are made while this one
+    # trains; masks from the generators must be drawn in order with them, so the draws wait for their epoch.
+    with ThreadPoolExecutor(1) as prefetch:
+        upcoming = prefetch.submit(draw_epoch) if hashed else None
+        for epoch in range(1, epochs + 1):
+            lr = torch.tensor([learning_rate(run.learning_rate, epoch, epochs) for run in runs]).to(device)
+            draws = upcoming.result() if upcoming else draw_epoch()
+            upcoming = prefetch.submit(draw_epoch) if hashed and epoch < epochs else None
+            order, weights, steps = draws.order.to(device), draws.weight.to(device), draws.steps.to(device)
+            offsets = None if draws.offsets is None else draws.offsets.to(device)
+            seeds = None if draws.dropout_seeds is None else draws.dropout_seeds.to(device)
+            seen = torch.zeros(models, device=device)
+            correct = torch.zeros(models, device=device)
+            loss_sum = torch.zeros(models, dtype=torch.float64, device=device)
+            for step in range(draws.max_steps):
+                batch = slice(step * batch_size, (step + 1) * batch_size)
+                index, weight = order[:, batch], weights[:, batch]
+                active = (step < steps) & ~diverged
+                inputs = train_x[index]
+                if crop:
+                    inputs = random_crop(inputs, offsets[:, batch])
+                dropout.draw(token_shape, None if seeds is None else seeds[:, step])
+                with autocast(device, precision):
+                    logits = batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, embedding)
+                labels = train_y[index]
+                per_sample = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
+                per_model = (per_sample * weight).sum(-1) / weight.sum(-1).clamp_min(1.0)
+                total = torch.where(active, per_model, torch.zeros_like(per_model)).nan_to_num().sum()
+                packed.grad = None
+                total.backward()
+                optimizer.step(lr, active)
+                with torch.no_grad():
+                    diverged |= ~packed.isfinite().all(1) | ~per_model.isfinite()
+                    counted = active.float()[:, None] * weight
+                    correct += ((logits.argmax(-1) == labels).float() * counted).sum(-1)
+                    loss_sum += (per_sample.detach() * counted).sum(-1).double()
+                    seen += counted.sum(-1)
+                if on_step:
+                    on_step()
+            rows = packed.detach().clone()
+            val_acc, val_loss = _evaluate(spec, rows, tensors.validation_x, tensors.validation_y, positions, embedding,
+                                          precision)
+            keep = epoch in checkpoint_epochs
+            test_acc, test_loss = (None, None)
             if keep:
-                metrics |= {"test_accuracy": float(test_acc[m]), "test_loss": float(test_loss[m])}
-            record = Checkpoint(run, epoch, False, host_rows[m].copy(), metrics, bool(diverged_[m]))
-            if keep:
-                saved.append(record)
-            if not record.diverged and val_acc[m] > best_accuracy[m]:
-                best_accuracy[m], best[m] = val_acc[m], record
+                test_acc, test_loss = _evaluate(spec, rows, tensors.test_x, tensors.test_y, positions, embedding,
+                                                precision)
+            host_rows = rows.cpu().numpy()
+            correct_, seen_, loss_ = correct.cpu(), seen.cpu(), loss_sum.cpu()
+            diverged_ = diverged.cpu()
+            for m, run in enumerate(runs):
+                metrics = {"train_accuracy": float(correct_[m] / seen_[m]) if seen_[m] else float("nan"),
+                           "train_loss": float(loss_[m] / seen_[m]) if seen_[m] else float("nan"),
+                           "validation_accuracy": float(val_acc[m]), "validation_loss": float(val_loss[m])}
+                if keep:
+                    metrics |= {"test_accuracy": float(test_acc[m]), "test_loss": float(test_loss[m])}
+                record = Checkpoint(run, epoch, False, host_rows[m].copy(), metrics, bool(diverged_[m]))
+                if keep:
+                    saved.append(record)
+                if not record.diverged and val_acc[m] > best_accuracy[m]:
+                    best_accuracy[m], best[m] = val_acc[m], record
     chosen = [best[m] or next(c for c in reversed(saved) if c.run is run) for m, run in enumerate(runs)]
     untested = [m for m, c in enumerate(chosen) if "test_accuracy" not in c.metrics]
     if untested:

@@ -10,6 +10,19 @@ from pathlib import Path
 from typing import Any
 
 HASH_CHUNK = 8 << 20
+CREATE_MODE = 0o666  # what open() asks for; the process umask takes its share (0644 under the usual 022)
+
+
+def _umask() -> int:
+    """The process umask: from /proc on Linux (no change to the process), else by setting it and putting it back."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def stz_home() -> Path:
@@ -27,6 +40,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            os.fchmod(handle.fileno(), CREATE_MODE & ~_umask())  # mkstemp makes 0600; files are for the team
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -49,7 +49,18 @@ def encode_shard(params: np.ndarray, layout: list[ParameterInfo], config: str) -
         "config": config,
         "layout": json.dumps([p.to_dict() for p in layout], separators=(",", ":")),
     }
-    return safetensors_save({TENSOR_NAME: np.ascontiguousarray(params)}, metadata=metadata)
+    return canonical_header(safetensors_save({TENSOR_NAME: np.ascontiguousarray(params)}, metadata=metadata))
+
+
+def canonical_header(data: bytes) -> bytes:
+    """The same safetensors bytes with the header's keys sorted: the library writes its metadata map in a
+    per-process order, so without this two identical shards would differ in bytes (and sha256)."""
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    ordered = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    if len(ordered) > length:
+        raise ValueError(f"sorted safetensors header is longer ({len(ordered)} bytes) than the original ({length})")
+    return data[:8] + ordered.ljust(length, b" ") + data[8 + length :]
 
 
 def read_header(handle: BinaryIO, path: str, file_size: int | None = None) -> ShardHeader:

@@ -23,7 +23,7 @@ from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenanc
 from .metadata import build_table, normalise_row
 from .registry import register_local_zoo
 from .root_card import write_root_card
-from .shards import encode_shard
+from .shards import canonical_header, encode_shard
 from .splits import DEFAULT_FRACTIONS, SPLIT_NAMES, assign_split, check_fractions
 from .weight_space import pack_state_dict
 
@@ -150,7 +150,7 @@ class ZooWriter:
         extras = []
         for name, tensors in sorted(self._extras.items()):
             relpath = f"extras/{name}.safetensors"
-            data = safetensors_save(tensors)
+            data = canonical_header(safetensors_save(tensors))
             atomic_write_bytes(self._staging / relpath, data)
             extras.append({"path": relpath, "bytes": len(data), "sha256": sha256_bytes(data),
                            "tensors": {k: list(v.shape) for k, v in tensors.items()}})

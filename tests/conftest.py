@@ -70,3 +70,20 @@ def shared_data(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data {path} is absent (../shared/data is only laid out beside the project checkout)")
     return path
+
+
+def quiet(*_: object) -> None:
+    """A `log` that prints nothing."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    """The embedded MNIST cut to 300 training, 64 validation and 64 test images: trainer tests in seconds."""
+    from builders.data import load_embedded_mnist
+
+    data = load_embedded_mnist()
+    data.train_x, data.train_y = data.train_x[:300], data.train_y[:300]
+    data.validation_x, data.validation_y = data.validation_x[:64], data.validation_y[:64]
+    data.test_x, data.test_y = data.test_x[:64], data.test_y[:64]
+    return data

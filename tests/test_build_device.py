@@ -1,6 +1,8 @@
 """The builder's device code path on the CPU: an explicit device, bf16 autocast, hashed dropout masks (the
 accelerator's source), group sizes from a given memory figure, and the same zoo whatever the group size."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -8,28 +10,14 @@ import torch
 from builders.batched import GroupDropout
 from builders.build import run_build
 from builders.device import bytes_per_run, check_precision, choose_group_size
-from small_transformer_zoo.devices import resolve_device
 from builders.grid import Run, run_seed
 from builders.trainer import RunStreams, train_group
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.architecture import mnist_spec
+from small_transformer_zoo.devices import resolve_device
+from tests.conftest import quiet
 
 GIB = 1024 ** 3
-
-
-def quiet(*_: object) -> None:
-    return None
-
-
-@pytest.fixture(scope="module")
-def small_data():
-    from builders.data import load_embedded_mnist
-
-    data = load_embedded_mnist()
-    data.train_x, data.train_y = data.train_x[:200], data.train_y[:200]
-    data.validation_x, data.validation_y = data.validation_x[:64], data.validation_y[:64]
-    data.test_x, data.test_y = data.test_x[:64], data.test_y[:64]
-    return data
 
 
 def test_devices_are_resolved_or_refused() -> None:
@@ -158,3 +146,49 @@ def test_build_command_checks_its_placement(argv: list[str], message: str | None
         assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--device", "cuda"]) == 2
         assert "sees no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "mnist-tiny").exists()
+
+
+def test_identical_builds_write_identical_bytes_readable_by_the_team(tmp_path) -> None:
+    """Two builds of the same plan in two processes give byte-identical shards and metadata (sorted safetensors
+    headers; only zoo.json differs, by its creation time), and every file is created with the process umask (0644
+    under 022), not mkstemp's 0600."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    from builders.build import run_build
+
+    first = tmp_path / "first"
+    run_build("mnist", "tiny", first, progress=False, log=quiet)
+    script = ("import sys; from builders.build import run_build; "
+              "run_build('mnist', 'tiny', sys.argv[1], progress=False, log=lambda *_: None)")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "second")], check=True, timeout=600,
+                   cwd=Path(__file__).resolve().parents[1])
+
+    def digests(root: Path) -> dict[str, str]:
+        return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted((root / "mnist-tiny").rglob("*"))
+                if p.is_file() and ".build" not in p.parts and p.name != "zoo.json"}
+
+    assert digests(first) == digests(tmp_path / "second") and len(digests(first)) >= 4
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in (first / "mnist-tiny").rglob("*"):
+        if path.is_file():
+            assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path
+
+
+def test_hashed_dropout_training_does_not_depend_on_the_group(small_data) -> None:
+    """The accelerator's way on the CPU: hashed masks, the next epoch's draws made while an epoch trains."""
+    spec = mnist_spec()
+    runs = [Run(f"h-{i}", "sgd_momentum", fraction, dropout, 1e-2, 0.2, 1e-6, run_seed(f"h{i}"))
+            for i, (fraction, dropout) in enumerate(((1.0, 0.1), (0.8, 0.0), (0.9, 0.2)))]
+    together = train_group(runs, small_data, spec, 3, [1, 3], batch_size=32, hashed_dropout=True)
+    alone = train_group(runs[2:], small_data, spec, 3, [1, 3], batch_size=32, hashed_dropout=True)
+    mine = [c for c in together if c.run is runs[2]]
+    assert len(mine) == len(alone) == 3
+    for a, b in zip(mine, alone):
+        assert np.abs(a.params - b.params).max() < 1e-5 and a.metrics["test_accuracy"] == b.metrics["test_accuracy"]
+    generator_masks = train_group(runs[2:], small_data, spec, 3, [1, 3], batch_size=32)
+    assert np.abs(generator_masks[-1].params - alone[-1].params).max() > 1e-4, "the two mask sources differ"

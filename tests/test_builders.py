@@ -15,28 +15,15 @@ import torch
 
 from builders.batched import GroupDropout, batched_logits, packed_views
 from builders.build import load_task_data, run_build
-from builders.data import load_embedded_mnist, load_idx_folder, parse_idx
-from builders.grid import OPTIMIZERS, PAPER_GRID, FAMILY, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
+from builders.data import load_idx_folder, parse_idx
+from builders.grid import FAMILY, OPTIMIZERS, PAPER_GRID, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
 from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group, train_run_plain
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.model import sinusoidal_positions
-from tests.conftest import shared_data
+from tests.conftest import quiet, shared_data
 
 PROJECT = Path(__file__).resolve().parents[1]
-
-
-def quiet(*_: object) -> None:
-    return None
-
-
-@pytest.fixture(scope="module")
-def small_data():
-    data = load_embedded_mnist()
-    data.train_x, data.train_y = data.train_x[:300], data.train_y[:300]
-    data.validation_x, data.validation_y = data.validation_x[:64], data.validation_y[:64]
-    data.test_x, data.test_y = data.test_x[:64], data.test_y[:64]
-    return data
 
 
 def test_paper_grid_and_presets() -> None:
