@@ -23,7 +23,7 @@ from safetensors.numpy import load_file, save
 
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.errors import ZooFormatError
-from small_transformer_zoo.files import atomic_write_bytes, atomic_write_json
+from small_transformer_zoo.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.writer import ZooWriter
 
@@ -273,6 +273,16 @@ def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path
     if dry_run:
         return {"plan": plan.to_dict(), "cost": cost, "device": str(placement.device),
                 "group_size": placement.group_size}
+    with exclusive_lock(out, plan.config, f"stz build --preset {preset_name}"):
+        return _train_and_assemble(out, plan, runs, mine, data, spec, preset, placement, executor, progress, log,
+                                   num_shards, shard_index)
+
+
+def _train_and_assemble(out: Path, plan: BuildPlan, runs: list[Run], mine: list[Run], data: TaskData,
+                        spec: ArchitectureSpec, preset: Preset, placement: Placement,
+                        executor: Callable[..., Any] | None, progress: bool, log: Callable[[str], None],
+                        num_shards: int, shard_index: int) -> dict[str, Any]:
+    """The part of a build that writes (under the output's lock): train what no part holds yet, then assemble."""
     if check_output(out, plan):
         log(f"{out / plan.config} is already built with this plan; reusing it")
         return load_manifest(out / plan.config)
@@ -336,4 +346,5 @@ def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, prese
         if json.loads(plan_path.read_text()) != plan.to_dict():
             raise ZooFormatError(plan_path, "this shard was built with another plan")
         part_dirs.append(_build_dir(folder, plan.config) / "parts")
-    return assemble(out, plan, runs, part_dirs, spec, data, preset.shard_size)
+    with exclusive_lock(out, plan.config, f"stz merge --preset {preset_name}"):
+        return assemble(out, plan, runs, part_dirs, spec, data, preset.shard_size)

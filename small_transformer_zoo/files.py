@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +67,37 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class LockedError(FileExistsError):
+    """Another process holds the lock of what this process was about to write."""
+
+
+@contextmanager
+def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> Iterator[None]:
+    """Hold `<folder>/.<name>.lock` exclusively for the block; fail at once, naming the holder, if another process
+    has it (the lock sits beside what it guards, so replacing that folder whole keeps it).
+
+    An advisory `flock`: released by the kernel when the holder exits, however it exits, so a killed writer never
+    leaves a stale lock. The file keeps who holds it (pid, host, purpose, start) for the message.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f".{name}.lock"
+    handle = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise LockedError(f"{folder / name} is being written by {holder}; wait for it or choose another "
+                              f"folder") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()} ({purpose}, since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()

@@ -192,3 +192,30 @@ def test_hashed_dropout_training_does_not_depend_on_the_group(small_data) -> Non
         assert np.abs(a.params - b.params).max() < 1e-5 and a.metrics["test_accuracy"] == b.metrics["test_accuracy"]
     generator_masks = train_group(runs[2:], small_data, spec, 3, [1, 3], batch_size=32)
     assert np.abs(generator_masks[-1].params - alone[-1].params).max() > 1e-4, "the two mask sources differ"
+
+
+def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from small_transformer_zoo.cli import main
+    from small_transformer_zoo.files import LockedError, exclusive_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from small_transformer_zoo.files import exclusive_lock\n"
+        "with exclusive_lock(sys.argv[1], 'mnist-tiny', 'a test holder'):\n"
+        "    print('held', flush=True); time.sleep(60)"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockedError, match=rf"is being written by pid {holder.pid} on .*a test holder"):
+            run_build("mnist", "tiny", tmp_path, progress=False, log=quiet)
+        assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]) == 2
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+        assert not (tmp_path / "mnist-tiny").exists(), "nothing trained or written"
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive_lock(tmp_path, "mnist-tiny", "this test"):  # the kernel released the killed holder's lock
+        assert f"pid {os.getpid()}" in (tmp_path / ".mnist-tiny.lock").read_text()
