@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -32,7 +31,7 @@ from small_transformer_zoo.devices import resolve_device
 
 from .device import check_precision, choose_group_size
 from .grid import OPTIMIZERS, PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
-from .trainer import Checkpoint, train_groups
+from .trainer import Checkpoint, train_groups, usable_cores
 
 PLAN_NAME = "plan.json"
 
@@ -236,8 +235,7 @@ def plan_placement(device: str, group_size: int | str, workers: int | None, pres
     check_precision(where, plan.precision)
     tokens = spec.num_tokens if spec.modality == "vision" else data.train_x.shape[1]
     family = max(sum(r.optimizer == o for r in runs) for o in OPTIMIZERS)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    parallel = (workers or cores) if where.type == "cpu" else 1
+    parallel = (workers or usable_cores()) if where.type == "cpu" else 1
     size = choose_group_size(group_size, where, spec, plan.batch_size, plan.precision, tokens, preset.group_size,
                              family, parallel, free_bytes)
     return Placement(where, size, workers)

@@ -291,6 +291,11 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
     return saved
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @contextmanager
 def intra_op_threads(count: int) -> Iterator[None]:
     """torch's intra-op thread count set for the block and restored after it."""
@@ -324,8 +329,7 @@ def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec
         checkpoints = train_group(group, tensors, spec, **settings)
         return group, checkpoints, time.perf_counter() - started
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    count = max(1, min(workers or cores, len(groups))) if device.type == "cpu" else 1
+    count = max(1, min(workers or usable_cores(), len(groups))) if device.type == "cpu" else 1
     if count == 1:
         yield from map(train, groups)
         return
