@@ -21,17 +21,16 @@ import torch
 from safetensors.numpy import load_file, save
 
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.errors import ZooFormatError
 from small_transformer_zoo.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.writer import ZooWriter
 
 from .data import FASHION_MNIST_DIR, TaskData, hub_repo, load_embedded_mnist, load_hub_images, load_idx_folder
-from small_transformer_zoo.devices import resolve_device
-
 from .device import check_precision, choose_group_size
 from .grid import OPTIMIZERS, PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
-from .trainer import Checkpoint, train_groups, usable_cores
+from .trainer import Checkpoint, train_groups
 
 PLAN_NAME = "plan.json"
 

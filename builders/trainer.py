@@ -7,7 +7,6 @@ its own generator, seeded by its run id, so a run's result does not depend on wh
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -20,6 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.devices import usable_cores
 from small_transformer_zoo.model import ZooTransformer, sinusoidal_positions
 
 from .batched import GroupDropout, VectorizedOptimizer, batched_logits, packed_views
@@ -289,11 +289,6 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
         if c.diverged:
             c.metrics = {k: (float("nan") if "loss" in k else v) for k, v in c.metrics.items()}
     return saved
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from datasets.utils.file_utils import xopen
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME, load_manifest_text
-from .metadata import COLUMNS, METADATA_SCHEMA
+from .metadata import METADATA_SCHEMA, conform_metadata
 from .shards import read_header, read_rows
 from .splits import SPLIT_NAMES
 from .verification import check_file
@@ -106,11 +106,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
     def _generate_tables(self, metadata: str, shards: list[str], shard_names: list[str],
                          split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
         with xopen(metadata, "rb", download_config=download_config) as handle:
-            table = pq.read_table(handle)
-        missing = [c for c in COLUMNS if c not in table.column_names]
-        if missing:
-            raise ZooFormatError(metadata, f"metadata lacks columns {missing}")
-        table = table.select(list(COLUMNS)).cast(METADATA_SCHEMA)
+            table = conform_metadata(pq.read_table(handle), metadata)
         shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
         # `shards` may be this worker's part of the split; every name must still be one of the split's shards.
         unknown = sorted(set(shard_column) - set(split_shard_names))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .architecture import mnist_spec, text_spec
 from .errors import ZooFormatError
 from .reader import Zoo
 from .root_card import list_configs, render_card, write_root_card
@@ -65,18 +64,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_import_original(args: argparse.Namespace) -> int:
     from .original import import_original
 
-    spec = mnist_spec() if args.task == "mnist" else text_spec(args.vocab_size, args.max_length)
-    bar = tqdm(desc="import", unit="ckpt", file=sys.stderr)
+    bar = tqdm(desc="import", unit="ckpt", file=sys.stderr, disable=args.no_progress)
 
     def progress(done: int, total: int) -> None:
         bar.total = total
         bar.update(done - bar.n)
 
-    manifest = import_original(args.source, args.out, args.config, spec, metadata_name=args.metadata,
-                               progress=progress, shard_size=args.shard_size, overwrite=args.overwrite)
+    result = import_original(args.source, args.out, args.config, task=args.task, shard_size=args.shard_size,
+                             overwrite=args.overwrite, progress=progress)
     bar.close()
-    print(f"imported {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs "
-          f"into {Path(args.out) / args.config}")
+    counts = result.manifest["counts"]
+    kept = f", {result.parts_kept} parts kept from an interrupted import" if result.parts_kept else ""
+    print(f"imported {counts['checkpoints']:,} checkpoints of {counts['runs']:,} runs into "
+          f"{Path(args.out) / args.config} (train {counts['train']:,}, validation {counts['validation']:,}, "
+          f"test {counts['test']:,}){kept}")
+    for note in result.notes:
+        print(f"note: {note}")
     return 0
 
 
@@ -127,16 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--revision", help="branch to push to (default: main)")
     push.set_defaults(func=cmd_push)
 
-    imp = sub.add_parser("import-original", help="convert the original release layout (CSV + .pt files)")
-    imp.add_argument("source", help="folder with metadata/<name>.csv and the .pt checkpoint files")
+    imp = sub.add_parser("import-original", help="convert the authors' released zoo (folder, zip or Hub zip)")
+    imp.add_argument("source", help="the unpacked release folder (with or without its top folder), the release "
+                                    ".zip, or hf://datasets/<owner>/<name>/<file>.zip")
     imp.add_argument("out", help="zoo root to write")
     imp.add_argument("--config", required=True, help="config name for the imported zoo, e.g. mnist-original")
-    imp.add_argument("--task", choices=("mnist", "agnews"), default="mnist")
-    imp.add_argument("--vocab-size", type=int, default=0, help="text zoos: rows of the frozen embedding")
-    imp.add_argument("--max-length", type=int, default=0, help="text zoos: padded sequence length")
-    imp.add_argument("--metadata", help="name of the CSV under metadata/ when there are several")
-    imp.add_argument("--shard-size", type=int, default=2048)
-    imp.add_argument("--overwrite", action="store_true")
+    imp.add_argument("--task", help="mnist or agnews: which release, when SOURCE holds both (else detected)")
+    imp.add_argument("--shard-size", type=int, default=2048, help="checkpoints per shard (default: 2048)")
+    imp.add_argument("--overwrite", action="store_true", help="replace a zoo already at OUT/CONFIG")
+    imp.add_argument("--no-progress", action="store_true", help="no progress bar")
     imp.set_defaults(func=cmd_import_original)
 
     for entry in entry_points(group="stz.commands"):

@@ -1,6 +1,9 @@
-"""Device names as every command takes them: `auto`, `cpu`, `cuda` or `cuda:N`, checked before any work starts."""
+"""Device names as every command takes them (`auto`, `cpu`, `cuda` or `cuda:N`, checked before any work starts),
+and the CPU cores a process may use."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -23,3 +26,8 @@ def resolve_device(name: str) -> torch.device:
             raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
         return device
     return torch.device("cpu")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -12,3 +12,7 @@ class ZooFormatError(ValueError):
         self.path = None if path is None else os.fspath(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+    def __reduce__(self) -> tuple[type, tuple[str | None, str]]:
+        """Pickled with its two arguments, so it crosses from a worker process intact."""
+        return type(self), (self.path, self.problem)

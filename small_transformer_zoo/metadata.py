@@ -33,6 +33,7 @@ METADATA_SCHEMA = pa.schema(
         pa.field("l2", pa.float64()),
         pa.field("train_fraction", pa.float64()),
         pa.field("seed", pa.int64()),
+        pa.field("run_config", pa.string()),
         *[pa.field(name, pa.float64()) for name in METRICS],
         pa.field("diverged", pa.bool_(), nullable=False),
         pa.field("shard", pa.string(), nullable=False),
@@ -40,6 +41,8 @@ METADATA_SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(METADATA_SCHEMA.names)
+# Columns added after the first zoos were written: absent in an older file, they read as nulls.
+LATER_COLUMNS = ("run_config",)
 # What a caller of ZooWriter.add must give; the writer fills checkpoint_id, split, shard and row itself.
 REQUIRED_INPUT = ("run_id", "epoch", "test_accuracy")
 WRITER_OWNED = ("split", "shard", "row")
@@ -87,7 +90,15 @@ def read_metadata(path: str | os.PathLike[str]) -> pa.Table:
         raise ZooFormatError(path, "metadata file is missing") from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise ZooFormatError(path, f"not a readable Parquet file ({exc})") from None
-    missing = [name for name in COLUMNS if name not in table.column_names]
+    return conform_metadata(table, path)
+
+
+def conform_metadata(table: pa.Table, where: str) -> pa.Table:
+    """The table in the canonical schema: every column there (later ones as nulls when absent), in order."""
+    missing = [name for name in COLUMNS if name not in table.column_names and name not in LATER_COLUMNS]
     if missing:
-        raise ZooFormatError(path, f"metadata lacks columns {missing}")
+        raise ZooFormatError(where, f"metadata lacks columns {missing}")
+    for name in LATER_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(METADATA_SCHEMA.field(name), pa.nulls(table.num_rows, METADATA_SCHEMA.field(name).type))
     return table.select(list(COLUMNS)).cast(METADATA_SCHEMA)

@@ -1,82 +1,216 @@
-"""Import of the original release layout, on a fixture in that layout made here with real torch.save files."""
+"""`stz import-original` on small releases written in the authors' layout (real torch.save files, a real zip, the
+zip served by the loopback Hub server), including the release's awkward cases."""
 
 import csv
+import json
+import os
+import pickle
+import shutil
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from small_transformer_zoo import Zoo, ZooFormatError, mnist_spec
+from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.model import ZooTransformer
-from small_transformer_zoo.original import parse_checkpoint_name
-
-EPOCHS = ("1", "50", "best")
-
-
-def _original_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The original code's module tree used other names; same order and shapes."""
-    return {f"model.layer{i}.param": value for i, value in enumerate(state.values())}
+from small_transformer_zoo.original import import_original, parse_checkpoint_name
+from small_transformer_zoo.original.synthetic import write_synthetic_release
+from tests.hub_server import HubServer
 
 
-def make_original_layout(folder: Path, runs: int = 6) -> dict[str, dict[str, torch.Tensor]]:
-    spec = mnist_spec()
-    (folder / "metadata").mkdir(parents=True)
-    (folder / "checkpoints").mkdir()
-    saved = {}
-    with open(folder / "metadata" / "mnist.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["run", "optimizer", "lr", "dropout", "init_std", "l2_reg", "train_fraction",
-                         "test_top1_accuracy"])
-        for run in range(runs):
-            writer.writerow([f"{run}", "adam", 1e-3 * (run + 1), 0.1, 0.2, 1e-6, 0.9, 90.0 + run])
-            for epoch in EPOCHS:
-                torch.manual_seed(run * 10 + len(epoch))
-                state = ZooTransformer(spec).state_dict()
-                accuracy = 90.0 + run if epoch == "best" else 50.0 + run
-                torch.save(_original_names(state), folder / "checkpoints" / f"{run}_{epoch}_{accuracy:.2f}.pt")
-                saved[f"{run}-{'best' if epoch == 'best' else f'e{int(epoch):03d}'}"] = state
-    return saved
+def _drop_row(csv_path: Path, epoch: str) -> str:
+    """Remove the first row of `epoch` from the CSV, as the release's duplicate-dropping did; returns its file."""
+    with open(csv_path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    index = next(i for i, row in enumerate(rows) if i and row[-3] == epoch)
+    dropped = rows.pop(index)
+    with open(csv_path, "w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    return dropped[-2].rsplit("/", 1)[-1]
 
 
-def test_import_original_layout(tmp_path: Path, stz_home: Path) -> None:
-    saved = make_original_layout(tmp_path / "orig")
-    assert main(["import-original", str(tmp_path / "orig"), str(tmp_path / "out"), "--config", "mnist-original",
-                 "--shard-size", "4"]) == 0
-    zoo = Zoo.open(tmp_path / "out", "mnist-original")
+def _shard_hashes(manifest: dict) -> dict[str, str]:
+    return {s["path"]: s["sha256"] for s in manifest["shards"]} | {
+        info["path"]: info["sha256"] for info in manifest["metadata"].values()}
+
+
+def _check_zoo(root: Path, config: str, release, skipped: set[str]) -> None:
+    """Every imported checkpoint holds exactly the weights and accuracy of its file; skipped files are absent."""
+    zoo = Zoo.open(root, config)
     assert zoo.verify() == []
-    assert zoo.manifest["counts"]["checkpoints"] == len(saved)
+    with open(release.csv_path, newline="") as handle:
+        rows = {row["ckpt_file"].rsplit("/", 1)[-1]: row for row in csv.DictReader(handle)}
+    seen = set()
     for split in zoo.splits:
         weights, meta = zoo.weight_space(split)
         for index, row in enumerate(meta.to_pylist()):
-            expected = saved[row["checkpoint_id"]]
+            config_columns = json.loads(row["run_config"])
+            file_name = config_columns["ckpt_file"].rsplit("/", 1)[-1]
+            seen.add(file_name)
+            source = rows[file_name]
             restored = weights.state_dict(index)
-            assert all(torch.equal(restored[k], expected[k]) for k in expected)
-            run = int(row["run_id"])
-            assert row["learning_rate"] == pytest.approx(1e-3 * (run + 1)) and row["w_init_std"] == 0.2
-            if row["is_best"]:
-                assert row["test_accuracy"] == pytest.approx((90.0 + run) / 100) and row["epoch"] == -1
-            else:
-                assert row["test_accuracy"] == pytest.approx((50.0 + run) / 100)
+            assert all(torch.equal(restored[k], v) for k, v in release.weights[file_name].items())
+            assert row["test_accuracy"] == release.accuracies[file_name]
+            assert row["run_id"] == file_name.split("_")[0]
+            assert row["learning_rate"] == float(source["lr"]) and row["l2"] == float(source["l2_regularize"])
+            assert row["optimizer"] == source["optimizer"] and row["seed"] == int(source["seed"])
+            assert row["is_best"] == source["ckpt_epoch"].startswith("best")
+            assert row["epoch"] == (-1 if row["is_best"] else int(source["ckpt_epoch"]))
+            untyped = set(source) - {"lr", "l2_regularize", "optimizer", "seed", "dropout", "w_init_std",
+                                     "train_fraction", "test_top1_accuracy", "test_accuracy"}
+            assert set(config_columns) == untyped
+            assert row["validation_accuracy"] is None and not row["diverged"]
+    assert seen == set(release.weights) - skipped
+
+
+@pytest.fixture
+def release(tmp_path: Path):
+    made = write_synthetic_release(tmp_path / "unpacked", runs=5)
+    made.skipped = _drop_row(made.csv_path, "75")
+    return made
+
+
+def test_folder_import_with_or_without_the_top_folder(tmp_path: Path, stz_home: Path, release) -> None:
+    with_top = import_original(tmp_path / "unpacked", tmp_path / "a", "mnist-original", shard_size=7)
+    without = import_original(release.top, tmp_path / "b", "mnist-original", shard_size=7)
+    _check_zoo(tmp_path / "a", "mnist-original", release, {release.skipped})
+    assert with_top.files_without_row == 1 and any("1 .pt files have no CSV row" in n for n in with_top.notes)
+    assert _shard_hashes(with_top.manifest) == _shard_hashes(without.manifest)
+    manifest = with_top.manifest
+    assert manifest["task"]["name"] == "mnist" and manifest["architecture"]["num_classes"] == 10
+    assert manifest["checkpoint_epochs"] == [1, 50, 75, 100, "best"]
+    assert manifest["provenance"]["positions_match_model"] is True
+    assert not (tmp_path / "a" / "mnist-original" / ".import").exists()
+    positions = Zoo.open(tmp_path / "a", "mnist-original").extras()["positions"]["table"]
+    assert positions.shape == (49, 32)
+
+
+def test_zip_and_hub_zip_give_the_same_zoo(tmp_path: Path, stz_home: Path, hub: HubServer, release) -> None:
+    served = tmp_path / "served"
+    served.mkdir()
+    archive = served / "MNIST-Transformers.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        for path in sorted(release.top.rglob("*")):
+            handle.write(path, path.relative_to(release.top.parent).as_posix())
+    from_folder = import_original(release.top, tmp_path / "folder", "mnist-original")
+    from_zip = import_original(archive, tmp_path / "zip", "mnist-original")
+    hub.add_dataset("authors/Small-Transformer-Zoo", served)
+    address = "hf://datasets/authors/Small-Transformer-Zoo/MNIST-Transformers.zip"
+    assert main(["import-original", address, str(tmp_path / "hub"), "--config", "mnist-original",
+                 "--no-progress"]) == 0
+    from_hub = Zoo.open(tmp_path / "hub", "mnist-original").manifest
+    assert _shard_hashes(from_folder.manifest) == _shard_hashes(from_zip.manifest) == _shard_hashes(from_hub)
+    assert from_zip.manifest["provenance"]["release_csv"] == "MNIST-Transformers/metadata/mnist.csv"
+    _check_zoo(tmp_path / "hub", "mnist-original", release, {release.skipped})
+    assert main(["import-original", "hf://datasets/authors/Small-Transformer-Zoo/Nothing.zip",
+                 str(tmp_path / "x"), "--config", "c"]) == 2
+
+
+def test_text_release_with_embedding_file_and_ten_output_head(tmp_path: Path, stz_home: Path, capsys) -> None:
+    release = write_synthetic_release(tmp_path / "unpacked", runs=3, text=True)
+    assert main(["import-original", str(tmp_path / "unpacked"), str(tmp_path / "out"), "--config",
+                 "agnews-original", "--no-progress"]) == 0
+    assert "note: the classifier head has 10 outputs; agnews has 4 classes" in capsys.readouterr().out
+    zoo = Zoo.open(tmp_path / "out", "agnews-original")
+    assert zoo.spec.modality == "text" and zoo.spec.num_classes == 10
+    assert (zoo.spec.vocab_size, zoo.spec.max_length) == (50, 512)
+    saved = torch.load(release.top / "ag_news" / "embedding.pt", weights_only=True)
+    assert np.array_equal(zoo.extras()["embedding"]["table"], saved["embedding.embedding.weight"].numpy())
+    assert zoo.manifest["task"]["name"] == "agnews"
+    _check_zoo(tmp_path / "out", "agnews-original", release, set())
+
+
+def test_a_row_without_its_file_is_an_error_naming_both(tmp_path: Path, stz_home: Path, release) -> None:
+    missing = next(name for name in release.weights if "_50_" in name)
+    (release.top / "mnist" / missing).unlink()
+    with pytest.raises(ZooFormatError, match=rf"mnist.csv: line \d+ names '{missing}', which is not in"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c")
+    assert not (tmp_path / "out" / "c" / "zoo.json").exists()
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_pickles_that_are_not_state_dicts_are_refused_without_running_them(tmp_path: Path, stz_home: Path,
+                                                                           release) -> None:
+    last = release.top / "mnist" / list(release.weights)[-1]  # converted in a worker process
+    intact = last.read_bytes()
+    torch.save([torch.zeros(3)], last)
+    with pytest.raises(ZooFormatError, match=rf"{last.name}: holds a list, not a state_dict"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=4, workers=2)
+    last.write_bytes(intact)
+    victim = release.top / "mnist" / next(iter(release.weights))
+    marker = tmp_path / "ran"
+    torch.save({"encoder.0.fc1.weight": _RunsCode(marker)}, victim)
+    with pytest.raises(ZooFormatError, match=rf"{victim.name}: refused: holds objects other than tensors"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c")
+    with open(victim, "wb") as handle:
+        pickle.dump({"x": 1}, handle)
+    with pytest.raises(ZooFormatError, match=rf"{victim.name}: (refused|cannot be read)"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c")
+    assert not marker.exists() and not (tmp_path / "out" / "c" / "zoo.json").exists()
+
+
+def test_rows_that_disagree_with_their_file_name_are_refused(tmp_path: Path, stz_home: Path, release) -> None:
+    text = release.csv_path.read_text()
+    name = next(iter(release.weights))
+    accuracy = release.accuracies[name]
+    release.csv_path.write_text(text.replace(f"{name},{accuracy}", f"{name},{accuracy / 2}", 1))
+    with pytest.raises(ZooFormatError, match=rf"mnist.csv:2: column 'test_top1_accuracy'.*disagrees"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c")
+    release.csv_path.write_text(text.replace(",1,mnist/", ",50,mnist/", 1))
+    with pytest.raises(ZooFormatError, match=r"mnist.csv:2: ckpt_epoch '50' disagrees with its file"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c")
+
+
+def test_killed_import_resumes_to_the_same_zoo(tmp_path: Path, stz_home: Path, release) -> None:
+    fresh = import_original(tmp_path / "unpacked", tmp_path / "fresh", "c", part_size=6, workers=2)
+
+    def stop_after_two_parts(done: int, total: int) -> None:
+        if done == 12:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1,
+                        progress=stop_after_two_parts)
+    parts = sorted((tmp_path / "out" / "c" / ".import" / "parts").glob("*.safetensors"))
+    assert [p.name for p in parts] == ["00000.safetensors", "00001.safetensors"]
+    parts[1].write_bytes(parts[1].read_bytes()[:100])  # a damaged part is converted again
+    resumed = import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1)
+    assert resumed.parts_kept == 1
+    assert _shard_hashes(resumed.manifest) == _shard_hashes(fresh.manifest)
+    with pytest.raises(ZooFormatError, match="holds the parts of another import"):
+        (tmp_path / "out2" / "c" / ".import").mkdir(parents=True)
+        (tmp_path / "out2" / "c" / ".import" / "plan.json").write_text('{"part_size": 99}')
+        import_original(tmp_path / "unpacked", tmp_path / "out2", "c", part_size=6)
+
+
+def test_sources_that_are_not_a_release(tmp_path: Path, stz_home: Path, release) -> None:
+    with pytest.raises(ZooFormatError, match="no such folder or zip file"):
+        import_original(tmp_path / "nowhere", tmp_path / "out", "c")
+    (tmp_path / "bad.zip").write_bytes(b"PK not really")
+    with pytest.raises(ZooFormatError, match="bad.zip: not a readable zip file"):
+        import_original(tmp_path / "bad.zip", tmp_path / "out", "c")
+    with pytest.raises(ZooFormatError, match="no metadata/<dataset>.csv"):
+        import_original(release.top / "mnist", tmp_path / "out", "c")
+    shutil.copytree(release.top, tmp_path / "unpacked" / "AG-News-Transformers")
+    (tmp_path / "unpacked" / "AG-News-Transformers" / "metadata" / "mnist.csv").rename(
+        tmp_path / "unpacked" / "AG-News-Transformers" / "metadata" / "ag_news.csv")
+    with pytest.raises(ZooFormatError, match=r"several releases \(tasks \['agnews', 'mnist'\]\); choose one"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c")
+    assert import_original(tmp_path / "unpacked", tmp_path / "out", "c", task="mnist").manifest["counts"]["runs"] == 5
 
 
 def test_file_names_are_parsed() -> None:
-    assert parse_checkpoint_name("run_7_50_0.9812.pt") == ("run_7", "50", 0.9812)
-    assert parse_checkpoint_name("12_best1_97.5.pt") == ("12", "best1", 0.975)
-    with pytest.raises(ZooFormatError, match="not <run>_<epoch>_<acc>.pt"):
-        parse_checkpoint_name("12_last_0.5.pt")
-
-
-def test_bad_original_layouts(tmp_path: Path, stz_home: Path) -> None:
-    make_original_layout(tmp_path / "orig", runs=2)
-    (tmp_path / "orig" / "checkpoints" / "9_1_0.5.pt").write_bytes(b"not a torch file")
-    with pytest.raises(ZooFormatError, match=r"mnist.csv: 1 runs have checkpoints but no metadata row.*'9'"):
-        from small_transformer_zoo.original import import_original
-        import_original(tmp_path / "orig", tmp_path / "out", "x", mnist_spec())
-    assert not (tmp_path / "out" / "x" / "zoo.json").exists()
-    with open(tmp_path / "orig" / "metadata" / "mnist.csv", "a") as handle:
-        handle.write("9,adam,0.001,0.1,0.2,1e-6,0.9,55\n")
-    assert main(["import-original", str(tmp_path / "orig"), str(tmp_path / "out"), "--config", "x"]) == 2
-    torch.save({"w": torch.zeros(3)}, tmp_path / "orig" / "checkpoints" / "9_1_0.5.pt")
-    with pytest.raises(ZooFormatError, match=r"9_1_0.5.pt: holds 1 float tensors, the architecture has 22"):
-        import_original(tmp_path / "orig", tmp_path / "out", "x", mnist_spec())
+    assert parse_checkpoint_name("ab12cd34_50_9486.pt") == ("ab12cd34", "50", 9486)
+    assert parse_checkpoint_name("ab12cd34_best1_9812.pt") == ("ab12cd34", "best1", 9812)
+    for bad in ("ab_12_50_9486.pt", "ab12cd34_last_9486.pt", "ab12cd34_50_0.94.pt"):
+        with pytest.raises(ZooFormatError, match="not <run>_<epoch>_<acc>.pt"):
+            parse_checkpoint_name(bad)

@@ -1,0 +1,112 @@
+"""A small release in the authors' layout, from random models: for tests, the import benchmark and trying the
+importer without the 5 GB download; never for research.
+
+It writes what the original scripts leave: `<top>/metadata/<dataset>.csv` (the run's whole config per row, no
+run-id column, `ckpt_epoch`, `ckpt_file`, the accuracy) and `<top>/<dataset>/<run>_<epoch>_<acc>.pt` files with the
+original module's tensor names; text releases add `<dataset>/embedding.pt` and keep `embedding.*` out of the
+checkpoints. Best rows carry the long training-time `ckpt_file` path the scripts wrote.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..architecture import ArchitectureSpec, mnist_spec
+from ..model import ZooTransformer, sinusoidal_positions
+
+VISION_COLUMNS = ("epochs", "batch_size", "n_workers", "lr", "warmup_epochs", "optimizer", "w_init_std",
+                  "l2_regularize", "train_fraction", "dropout", "seed", "dataset", "image_size", "patch_size",
+                  "n_channels", "embed_dim", "n_attention_heads", "forward_mul", "n_layers", "n_classes", "model_path",
+                  "data_path")
+TEXT_COLUMNS = ("epochs", "batch_size", "lr", "optimizer", "w_init_std", "l2_regularize", "train_fraction",
+                "dropout", "seed", "dataset", "max_len", "embed_dim", "n_attention_heads", "forward_mul", "n_layers",
+                "n_classes", "model_path")
+OPTIMIZERS = ("SGD", "SGDm", "Adam", "RMSprop")
+
+
+def original_names(spec: ArchitectureSpec) -> dict[str, str]:
+    """This package's tensor names -> the original module's, written out as the original code names them."""
+    names = {"classifier.fc1.weight": "classifier.fc1.weight", "classifier.fc1.bias": "classifier.fc1.bias",
+             "classifier.fc2.weight": "classifier.fc2.weight", "classifier.fc2.bias": "classifier.fc2.bias"}
+    if spec.modality == "vision":
+        names |= {"embedding.patch.weight": "embedding.conv1.weight", "embedding.patch.bias": "embedding.conv1.bias"}
+    for b in range(spec.num_blocks):
+        names |= {f"blocks.{b}.attn.q_proj.weight": f"encoder.{b}.attention.queries.weight",
+                  f"blocks.{b}.attn.k_proj.weight": f"encoder.{b}.attention.keys.weight",
+                  f"blocks.{b}.attn.v_proj.weight": f"encoder.{b}.attention.values.weight",
+                  f"blocks.{b}.attn.o_proj.weight": f"encoder.{b}.attention.out_projection.weight",
+                  f"blocks.{b}.mlp.fc1.weight": f"encoder.{b}.fc1.weight", f"blocks.{b}.mlp.fc1.bias": f"encoder.{b}.fc1.bias",
+                  f"blocks.{b}.mlp.fc2.weight": f"encoder.{b}.fc2.weight", f"blocks.{b}.mlp.fc2.bias": f"encoder.{b}.fc2.bias"}
+    return names
+
+
+@dataclass
+class SyntheticRelease:
+    """What was written: the top folder, the CSV, and each row's file name and state_dict (this package's names)."""
+
+    top: Path
+    csv_path: Path
+    weights: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    accuracies: dict[str, float] = field(default_factory=dict)
+
+
+def write_synthetic_release(folder: str | os.PathLike[str], *, runs: int = 4, text: bool = False,
+                            epochs: tuple[str, ...] = ("1", "50", "75", "100"), seed: int = 0,
+                            spec: ArchitectureSpec | None = None) -> SyntheticRelease:
+    """Write a release of `runs` runs x (epochs + best) checkpoints under `folder/<top>/`."""
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    if spec is None:
+        spec = ArchitectureSpec("text", num_classes=10, vocab_size=50, max_length=512) if text else mnist_spec()
+    dataset, top = ("ag_news", "AG-News-Transformers") if spec.modality == "text" else ("mnist", "MNIST-Transformers")
+    release = SyntheticRelease(Path(folder) / top, Path(folder) / top / "metadata" / f"{dataset}.csv")
+    (release.top / dataset).mkdir(parents=True, exist_ok=True)
+    release.csv_path.parent.mkdir(parents=True, exist_ok=True)
+    positions = sinusoidal_positions(spec.num_tokens, spec.d_model)
+    if spec.modality == "text":
+        table = torch.randn(spec.vocab_size, spec.d_model, generator=generator)
+        table[0] = 0
+        torch.save({"embedding.embedding.weight": table, "embedding.pos_embedding": positions[None]},
+                   release.top / dataset / "embedding.pt")
+    names = original_names(spec)
+    columns = TEXT_COLUMNS if spec.modality == "text" else VISION_COLUMNS
+    accuracy_column = "test_accuracy" if spec.modality == "text" else "test_top1_accuracy"
+    with open(release.csv_path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*columns, "ckpt_epoch", "ckpt_file", accuracy_column])
+        for r in range(runs):
+            run = "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), size=8))
+            config = _config(spec, dataset, r, rng)
+            for label in (*epochs, "best" if spec.modality == "text" else "best1"):
+                model = ZooTransformer(spec)
+                for parameter in model.parameters():
+                    torch.nn.init.normal_(parameter, std=0.2, generator=generator)
+                state = {name: value.clone() for name, value in model.state_dict().items()}
+                accuracy = round(float(rng.uniform(0.05, 0.99)), 4)
+                file_name = f"{run}_{label}_{int(accuracy * 10000)}.pt"
+                saved = {names[k]: v for k, v in state.items()}
+                if spec.modality == "vision":
+                    saved["embedding.pos_embedding"] = positions[None]
+                torch.save(saved, release.top / dataset / file_name)
+                ckpt_file = (f"{dataset}/./model/{dataset}/{file_name}" if label.startswith("best")
+                             else f"{dataset}/{file_name}")
+                writer.writerow([config[c] for c in columns] + [label, ckpt_file, accuracy])
+                release.weights[file_name], release.accuracies[file_name] = state, accuracy
+    return release
+
+
+def _config(spec: ArchitectureSpec, dataset: str, r: int, rng: np.random.Generator) -> dict[str, object]:
+    return {"epochs": 100, "batch_size": 128, "n_workers": 4, "lr": float(10 ** rng.uniform(-4, -2)),
+            "warmup_epochs": 0, "optimizer": OPTIMIZERS[r % 4], "w_init_std": float(rng.choice([0.05, 0.2, 0.5])),
+            "l2_regularize": float(rng.choice([1e-8, 1e-6, 1e-4])), "train_fraction": float(rng.choice([0.5, 1.0])),
+            "dropout": float(rng.choice([0.0, 0.1])), "seed": 0, "dataset": dataset, "image_size": spec.image_size,
+            "patch_size": spec.patch_size, "n_channels": spec.in_channels, "max_len": spec.max_length,
+            "embed_dim": spec.d_model, "n_attention_heads": spec.num_heads, "forward_mul": spec.d_mlp // spec.d_model,
+            "n_layers": spec.num_blocks, "n_classes": spec.num_classes, "model_path": "./model",
+            "data_path": "./data/"}
