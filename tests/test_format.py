@@ -1,3 +1,4 @@
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -9,7 +10,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, mnist_spec
+from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset, mnist_spec
+from small_transformer_zoo.metadata import COLUMNS
 from small_transformer_zoo.model import ZooTransformer
 
 
@@ -230,3 +232,20 @@ def test_an_empty_split_loads_as_empty(tmp_path: Path) -> None:
     assert len(empty) == 0 and empty.to_tensor().shape == (0, 18_506)
     assert empty.rows(np.array([], dtype=np.int64)).shape == (0, 18_506)
     assert zoo.weight_space("test")[0].batch_size == 0
+
+
+def test_metadata_written_before_run_config_existed_reads_it_as_null(zoo_copy: Path, stz_home: Path) -> None:
+    """Zoos written before the `run_config` column load unchanged, that column null, by both read paths."""
+    manifest_path = zoo_copy / "syn" / "zoo.json"
+    manifest = json.loads(manifest_path.read_text())
+    for info in manifest["metadata"].values():
+        path = zoo_copy / "syn" / info["path"]
+        pq.write_table(pq.read_table(path).drop_columns(["run_config"]), path)
+        info["bytes"], info["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+    zoo = Zoo.open(zoo_copy, "syn")
+    assert zoo.verify() == []
+    table = zoo.metadata("train")
+    assert table.column_names == list(COLUMNS) and table.column("run_config").null_count == table.num_rows
+    loaded = load_dataset(str(zoo_copy), "syn", split="train")
+    assert loaded.num_rows == table.num_rows and set(loaded["run_config"]) == {None}
