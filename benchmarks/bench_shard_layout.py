@@ -1,4 +1,4 @@
-"""Why shards are packed `[rows, n_params]` rather than one stacked tensor per parameter name (SPEC section 5).
+"""Why shards are packed `[rows, n_params]` rather than one stacked tensor per parameter name (docs/design.md section 5).
 
     python benchmarks/bench_shard_layout.py [--rows 2048]
 

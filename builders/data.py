@@ -77,7 +77,7 @@ def labels_ok(labels: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
 
 
 def _normalise_images(images: np.ndarray) -> np.ndarray:
-    """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28] with mean 0.5, std 0.5 normalisation (SPEC section 3)."""
+    """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28] with mean 0.5, std 0.5 normalisation (docs/design.md section 3)."""
     return ((images.astype(np.float32) / 255.0 - 0.5) / 0.5)[:, None]
 
 

@@ -1,4 +1,4 @@
-"""The training grid (SPEC section 3, the paper's Table 4), presets, run ids, seeds, groups and shards."""
+"""The training grid (docs/design.md section 3, the paper's Table 4), presets, run ids, seeds, groups and shards."""
 
 from __future__ import annotations
 

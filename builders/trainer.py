@@ -44,7 +44,7 @@ class Checkpoint:
 
 
 def init_params(spec: ArchitectureSpec, std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Weights truncated normal (std, cut at 2 std), biases zero (SPEC section 3)."""
+    """Weights truncated normal (std, cut at 2 std), biases zero (docs/design.md section 3)."""
     out = {}
     for info in spec.parameters():
         tensor = torch.zeros(info.shape)

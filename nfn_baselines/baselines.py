@@ -1,4 +1,4 @@
-"""The paper's baselines (SPEC section 9): MLP and STATNN (two modes of one model family, trained like the NFN)
+"""The paper's baselines (docs/design.md section 9): MLP and STATNN (two modes of one model family, trained like the NFN)
 and gradient-boosted / random-forest regressors on the flattened weights (CPU builds of XGBoost and LightGBM,
 scikit-learn's Random Forest)."""
 

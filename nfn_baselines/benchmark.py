@@ -1,4 +1,4 @@
-"""The benchmark protocol (SPEC section 10): every model on the same splits, seeds, model selection on validation
+"""The benchmark protocol (docs/design.md section 10): every model on the same splits, seeds, model selection on validation
 only, Kendall's tau on the test split overall and above accuracy thresholds, R^2 and L1, mean and standard
 deviation over seeds; the paper's Table 1/2 as Markdown and JSON, and predicted-against-true plots."""
 

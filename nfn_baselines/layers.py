@@ -1,6 +1,6 @@
-"""Transformer-NFN layers: the G-equivariant polynomial layer E and the G-invariant layer I (SPEC section 8).
+"""Transformer-NFN layers: the G-equivariant polynomial layer E and the G-invariant layer I (docs/design.md section 8).
 
-Every term of SPEC section 8 is here, but terms that read the same kind of input are computed together: each term
+Every term of docs/design.md section 8 is here, but terms that read the same kind of input are computed together: each term
 is a learned linear map of one of three feature sets, so the terms of one set are one matmul with the terms'
 weights side by side.
 

@@ -1,4 +1,4 @@
-"""The benchmark's metrics (SPEC section 10): Kendall's tau on the whole test split and above accuracy thresholds,
+"""The benchmark's metrics (docs/design.md section 10): Kendall's tau on the whole test split and above accuracy thresholds,
 R^2 and L1."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Transformer-NFN model (SPEC section 8): an invariant encoder branch plus MLP branches, predicting accuracy.
+"""The Transformer-NFN model (docs/design.md section 8): an invariant encoder branch plus MLP branches, predicting accuracy.
 
 encoder: E (1 -> c) [-> ReLU -> E (c -> c)]* -> ReLU -> I (c -> c) -> LayerNorm -> MLP
 classifier / embedding: MLP over the flattened weights of that component

@@ -1,4 +1,4 @@
-"""A straightforward Transformer-NFN: one einsum per term of SPEC section 8, a loop over blocks, explicit per-head
+"""A straightforward Transformer-NFN: one einsum per term of docs/design.md section 8, a loop over blocks, explicit per-head
 QK_i and VO_i. It reads the parameters of `EquivariantLayer` / `InvariantLayer`, so tests check that the fast
 layers compute exactly these terms, and `benchmarks/bench_nfn.py` measures the fast layers against it."""
 

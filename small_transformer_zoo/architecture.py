@@ -31,7 +31,7 @@ class ParameterInfo:
 
 @dataclass(frozen=True)
 class ArchitectureSpec:
-    """Dimensions of one zoo's transformer (SPEC section 2); the defaults are the paper's."""
+    """Dimensions of one zoo's transformer (docs/design.md section 2); the defaults are the paper's."""
 
     modality: Modality
     num_classes: int

@@ -1,7 +1,7 @@
-"""The zoo's transformer as a PyTorch module (SPEC section 2), so any checkpoint can be run.
+"""The zoo's transformer as a PyTorch module (docs/design.md section 2), so any checkpoint can be run.
 
 No residual connections and LayerNorm without affine parameters: both are part of the architecture and are
-what make the attention output permutation a symmetry (SPEC section 7).
+what make the attention output permutation a symmetry (docs/design.md section 7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The symmetry group of the zoo's attention blocks (SPEC section 7), acting on weight spaces and state_dicts.
+"""The symmetry group of the zoo's attention blocks (docs/design.md section 7), acting on weight spaces and state_dicts.
 
 Per block, G = S_h x GL(D_k)^h x GL(D_v)^h x S_D x S_{D_A}: a head permutation sigma, per-head invertible
 M_i and N_i, a permutation pi_O of the attention output dimension and pi_A of the MLP hidden units:

@@ -1,4 +1,4 @@
-"""The weight-space view NFNs consume (SPEC section 7), and the way back to plain state_dicts.
+"""The weight-space view NFNs consume (docs/design.md section 7), and the way back to plain state_dicts.
 
 Packed rows `[batch, n_params]` become per-block tensors in right-multiplication layout with a leading
 `[batch, channels]`: `W_q, W_k: [B, C, h, D, D_k]`, `W_v: [B, C, h, D, D_v]`, `W_o: [B, C, h, D_v, D]`,

@@ -1,7 +1,7 @@
 """A Hugging Face Hub stand-in on 127.0.0.1 that serves dataset repos from local folders (a test fixture).
 
 It speaks the part of the Hub's file API that `huggingface_hub` 2.x and `datasets` 5.x use to read a dataset
-repo (SPEC section 6): resolve (HEAD/GET with Range), repo info, tree listing and paths-info; and, for
+repo (docs/design.md section 6): resolve (HEAD/GET with Range), repo info, tree listing and paths-info; and, for
 `upload_folder`, repo creation, preupload, the LFS batch / upload / verify calls and the NDJSON commit. Every
 revision of a repo is a snapshot folder with a fixed 40-hex commit sha; LFS objects already stored are not asked
 for again. Requests are logged so tests can check what was fetched or uploaded.
