@@ -16,7 +16,6 @@ from typing import Any
 import datasets
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from datasets.builder import Key
 from datasets.download.streaming_download_manager import StreamingDownloadManager
 from datasets.utils.file_utils import xopen
@@ -24,7 +23,8 @@ from datasets.utils.file_utils import xopen
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME, load_manifest_text
-from .metadata import METADATA_SCHEMA, conform_metadata
+from .metadata import METADATA_SCHEMA
+from .metadata_checks import load_checked_metadata
 from .shards import read_header, read_rows
 from .splits import SPLIT_NAMES
 from .verification import check_file
@@ -99,14 +99,16 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
                 for info, path in zip(shards, local["shards"]):
                     check_file(path, info["bytes"], info["sha256"], self.config.verify)
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={
-                "metadata": local["metadata"], "shards": local["shards"], "shard_names": [s["path"] for s in shards],
+                "split": split, "metadata": local["metadata"], "shards": local["shards"],
+                "shard_names": [s["path"] for s in shards],
                 "split_shard_names": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
         return generators
 
-    def _generate_tables(self, metadata: str, shards: list[str], shard_names: list[str],
+    def _generate_tables(self, split: str, metadata: str, shards: list[str], shard_names: list[str],
                          split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
         with xopen(metadata, "rb", download_config=download_config) as handle:
-            table = conform_metadata(pq.read_table(handle), metadata)
+            raw = handle.read()
+        table = load_checked_metadata(raw, self.manifest["metadata"][split], split, self.manifest["splits"], metadata)
         shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
         # `shards` may be this worker's part of the split; every name must still be one of the split's shards.
         unknown = sorted(set(shard_column) - set(split_shard_names))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -12,10 +13,13 @@ from typing import Any
 
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
+from .splits import SPLIT_NAMES
 
 FORMAT_NAME = "small-transformer-zoo"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "zoo.json"
+SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_COUNT = 2**53  # exact in every JSON reader
 REQUIRED_KEYS = ("format", "format_version", "config", "architecture", "parameters", "n_params", "splits",
                  "counts", "metadata", "shards")
 
@@ -61,14 +65,66 @@ def check_manifest(manifest: Any, path: str) -> dict[str, Any]:
         raise ZooFormatError(path, f"field 'architecture': {exc}") from None
     if spec.n_params != manifest["n_params"]:
         raise ZooFormatError(path, f"field 'n_params' is {manifest['n_params']}, the architecture has {spec.n_params}")
+    _check_files(manifest, path)
     return manifest
+
+
+def _check_files(manifest: dict[str, Any], path: str) -> None:
+    """Every file entry well-formed and inside the config folder; counts equal to what the entries hold."""
+    metadata, shards, extras = manifest["metadata"], manifest["shards"], manifest.get("extras", [])
+    if not isinstance(metadata, dict) or not metadata:
+        raise ZooFormatError(path, "field 'metadata' must map split names to files")
+    for split, info in metadata.items():
+        if split not in SPLIT_NAMES:
+            raise ZooFormatError(path, f"field 'metadata' names split {split!r}; splits are {list(SPLIT_NAMES)}")
+        _check_entry(info, f"metadata.{split}", "metadata/", path, rows=True)
+    if not isinstance(shards, list) or not isinstance(extras, list):
+        raise ZooFormatError(path, "fields 'shards' and 'extras' must be lists")
+    for index, info in enumerate(shards):
+        _check_entry(info, f"shards[{index}]", "weights/", path, rows=True)
+        if info.get("split") not in metadata:
+            raise ZooFormatError(path, f"field 'shards[{index}].split' is {info.get('split')!r}, not a split of "
+                                       f"this zoo")
+    for index, info in enumerate(extras):
+        _check_entry(info, f"extras[{index}]", "extras/", path, rows=False)
+    counts = manifest["counts"]
+    if not isinstance(counts, dict):
+        raise ZooFormatError(path, "field 'counts' must be an object")
+    for split, info in metadata.items():
+        in_shards = sum(s["rows"] for s in shards if s["split"] == split)
+        if counts.get(split) != info["rows"] or in_shards != info["rows"]:
+            raise ZooFormatError(path, f"split {split!r}: counts says {counts.get(split)!r}, its metadata "
+                                       f"{info['rows']} rows, its shards {in_shards} rows; they must agree")
+
+
+def _check_entry(info: Any, field: str, folder: str, path: str, *, rows: bool) -> None:
+    if not isinstance(info, dict):
+        raise ZooFormatError(path, f"field {field!r} must be an object")
+    relpath = info.get("path")
+    if not isinstance(relpath, str) or not _inside(relpath, folder):
+        raise ZooFormatError(path, f"field '{field}.path' is {relpath!r}: not a plain path under {folder!r} of the "
+                                   f"config folder")
+    for key in ("bytes", "rows") if rows else ("bytes",):
+        value = info.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_COUNT:
+            raise ZooFormatError(path, f"field '{field}.{key}' is {value!r}, not a count")
+    digest = info.get("sha256")
+    if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+        raise ZooFormatError(path, f"field '{field}.sha256' is {digest!r}, not a sha256 hex digest")
+
+
+def _inside(relpath: str, folder: str) -> bool:
+    """A relative POSIX path under `folder`, with no `..`, empty or absolute parts."""
+    parts = relpath.split("/")
+    return (relpath.startswith(folder) and "\\" not in relpath and not relpath.startswith("/")
+            and all(part not in ("", ".", "..") for part in parts))
 
 
 def load_manifest_text(text: str | bytes, path: str) -> dict[str, Any]:
     try:
         manifest = json.loads(text)
-    except ValueError as exc:
-        raise ZooFormatError(path, f"manifest is not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ZooFormatError(path, f"manifest is not valid JSON ({type(exc).__name__}: {exc})") from None
     return check_manifest(manifest, path)
 
 

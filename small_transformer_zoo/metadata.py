@@ -7,12 +7,10 @@ so every split of every zoo has one schema and plain `datasets.load_dataset("par
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import ZooFormatError
 
@@ -79,18 +77,6 @@ def normalise_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
 def build_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Rows (already normalised and placed) to an Arrow table in the canonical schema."""
     return pa.Table.from_pylist(rows, schema=METADATA_SCHEMA)
-
-
-def read_metadata(path: str | os.PathLike[str]) -> pa.Table:
-    """Read one split's metadata Parquet and check that its columns are the canonical ones."""
-    path = os.fspath(path)
-    try:
-        table = pq.read_table(path)
-    except FileNotFoundError:
-        raise ZooFormatError(path, "metadata file is missing") from None
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ZooFormatError(path, f"not a readable Parquet file ({exc})") from None
-    return conform_metadata(table, path)
 
 
 def conform_metadata(table: pa.Table, where: str) -> pa.Table:

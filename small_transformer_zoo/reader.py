@@ -18,7 +18,7 @@ from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
 from .files import sha256_file
 from .manifest import MANIFEST_NAME, load_manifest
-from .metadata import read_metadata
+from .metadata_checks import load_checked_metadata
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, open_header
 from .verification import check_file
@@ -123,13 +123,16 @@ class Zoo:
             raise ZooFormatError(self.dir, f"unknown split {split!r}; this zoo has {self.splits}")
 
     def metadata(self, split: str) -> pa.Table:
-        """The split's metadata, with every (shard, row) reference checked against the manifest."""
+        """The split's metadata: its bytes checked against the manifest's sha256, its values (`metadata_checks`)
+        and every (shard, row) reference."""
         self._check_split(split)
         info = self.manifest["metadata"][split]
         path = self.dir / info["path"]
-        table = read_metadata(path)
-        if table.num_rows != info["rows"]:
-            raise ZooFormatError(path, f"has {table.num_rows} rows, the manifest says {info['rows']}")
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ZooFormatError(path, "metadata file is missing") from None
+        table = load_checked_metadata(raw, info, split, self.manifest["splits"], str(path))
         self._check_references(table, path, split)
         return table
 
@@ -227,13 +230,6 @@ class Zoo:
                 problems.append(str(exc))
                 continue
             runs_by_split[split] = set(table.column("run_id").to_pylist())
-            info = self.manifest["metadata"][split]
-            digest = sha256_file(self.dir / info["path"])
-            if digest != info["sha256"]:
-                problems.append(f"{self.dir / info['path']}: sha256 differs from the manifest")
-            ids = table.column("checkpoint_id")
-            if pc.count_distinct(ids).as_py() != table.num_rows:
-                problems.append(f"{self.dir / info['path']}: duplicate checkpoint_id values")
         for shard in self.manifest["shards"]:
             if progress:
                 progress(shard["path"])

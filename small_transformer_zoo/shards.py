@@ -75,19 +75,32 @@ def read_header(handle: BinaryIO, path: str, file_size: int | None = None) -> Sh
     try:
         header = json.loads(raw)
         entry = header[TENSOR_NAME]
-        dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-    except (ValueError, KeyError, TypeError) as exc:
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ZooFormatError(path, f"bad safetensors header ({type(exc).__name__}: {exc})") from None
-    if dtype != "F32" or len(shape) != 2:
+    extra = sorted(set(header) - {TENSOR_NAME, "__metadata__"})
+    if extra:
+        raise ZooFormatError(path, f"bad safetensors header: entries {extra[:3]} besides {TENSOR_NAME!r}")
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ZooFormatError(path, "bad safetensors header: '__metadata__' must map strings to strings")
+    if dtype != "F32" or not isinstance(shape, list) or len(shape) != 2 or not all(map(_is_count, shape)):
         raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' must be F32 [rows, n_params], got {dtype} {shape}")
-    rows, n_params = int(shape[0]), int(shape[1])
-    start, stop = 8 + header_len + begin, 8 + header_len + end
-    if end - begin != rows * n_params * 4:
-        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' spans {end - begin} bytes, shape {shape} needs "
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)) or offsets[0] != 0:
+        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' data_offsets {offsets!r} must be [0, end] in bytes")
+    rows, n_params = shape
+    start, stop = 8 + header_len, 8 + header_len + offsets[1]
+    if offsets[1] != rows * n_params * 4:
+        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' spans {offsets[1]} bytes, shape {shape} needs "
                                    f"{rows * n_params * 4}")
-    if file_size is not None and file_size < stop:
-        raise ZooFormatError(path, f"truncated: {file_size} bytes on disk, header says data ends at byte {stop}")
-    return ShardHeader(rows, n_params, start, stop, dict(header.get("__metadata__") or {}))
+    if file_size is not None and file_size != stop:
+        problem = "truncated" if file_size < stop else "extra bytes"
+        raise ZooFormatError(path, f"{problem}: {file_size} bytes on disk, header says data ends at byte {stop}")
+    return ShardHeader(rows, n_params, start, stop, metadata)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def open_header(path: str | os.PathLike[str]) -> ShardHeader:

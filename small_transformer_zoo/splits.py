@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 SPLIT_NAMES = ("train", "validation", "test")
 DEFAULT_FRACTIONS: dict[str, float] = {"train": 0.70, "validation": 0.15, "test": 0.15}
+DEFAULT_SPLIT_SALT = "stz-v1"  # what ZooWriter uses unless told otherwise: the default reproduces a zoo's splits
 
 
 def check_fractions(fractions: Mapping[str, float]) -> dict[str, float]:
@@ -30,7 +31,8 @@ def run_unit_interval(run_id: str, salt: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def assign_split(run_id: str, fractions: Mapping[str, float] = DEFAULT_FRACTIONS, salt: str = "stz") -> str:
+def assign_split(run_id: str, fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
+                 salt: str = DEFAULT_SPLIT_SALT) -> str:
     """The split of a run: cumulative fractions cut the run's hashed position in [0, 1)."""
     values = check_fractions(fractions)
     u = run_unit_interval(run_id, salt)

@@ -1,7 +1,8 @@
 """Stamps for shards whose sha256 was checked on this machine, so the fast path hashes each file once.
 
-A stamp records the file's real path, size, mtime and inode next to the hash it matched; any change to the file
-(rewrite, truncation, replacement) changes one of these and the next load hashes it again.
+A stamp records the file's real path, size, mtime, ctime and inode next to the hash it matched. Any write to the
+file changes its ctime, which no user call can set back (unlike mtime), so a rewrite, a truncation or a
+replacement is hashed again on the next load.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def _stamp_path(path: Path) -> Path:
 
 def _fingerprint(path: Path, sha256: str) -> str:
     st = os.stat(path)
-    return f"{path.resolve()}\n{st.st_size}\n{st.st_mtime_ns}\n{st.st_ino}\n{sha256}\n"
+    return f"{path.resolve()}\n{st.st_size}\n{st.st_mtime_ns}\n{st.st_ctime_ns}\n{st.st_ino}\n{sha256}\n"
 
 
 def is_verified(path: str | os.PathLike[str], sha256: str) -> bool:

@@ -24,11 +24,10 @@ from .metadata import build_table, normalise_row
 from .registry import register_local_zoo
 from .root_card import write_root_card
 from .shards import canonical_header, encode_shard
-from .splits import DEFAULT_FRACTIONS, SPLIT_NAMES, assign_split, check_fractions
+from .splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, SPLIT_NAMES, assign_split, check_fractions
 from .weight_space import pack_state_dict
 
 DEFAULT_SHARD_SIZE = 2048
-DEFAULT_SPLIT_SALT = "stz-v1"
 
 
 class ZooWriter:

@@ -189,12 +189,28 @@ def test_other_format_version(zoo_copy: Path) -> None:
         Zoo.open(zoo_copy, "syn")
 
 
+def rewrite_metadata(config_dir: Path, split: str, table: pa.Table) -> None:
+    """Replace a split's metadata and give the manifest its new size and sha256, as a tool that writes a
+    consistent but wrong zoo would."""
+    path = config_dir / "metadata" / f"{split}.parquet"
+    pq.write_table(table, path)
+    manifest = json.loads((config_dir / "zoo.json").read_text())
+    info = manifest["metadata"][split]
+    info["bytes"], info["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    info["rows"] = table.num_rows
+    (config_dir / "zoo.json").write_text(json.dumps(manifest))
+
+
 def test_metadata_row_past_the_shard_end(zoo_copy: Path) -> None:
     path = zoo_copy / "syn" / "metadata" / "train.parquet"
     table = pq.read_table(path)
     rows = table.column("row").to_pylist()
     rows[3] = 10_000
-    pq.write_table(table.set_column(table.schema.get_field_index("row"), "row", pa.array(rows, pa.int64())), path)
+    changed = table.set_column(table.schema.get_field_index("row"), "row", pa.array(rows, pa.int64()))
+    pq.write_table(changed, path)
+    with pytest.raises(ZooFormatError, match=r"train.parquet: size is \d+ bytes, the manifest says"):
+        Zoo.open(zoo_copy, "syn").split_weights("train")
+    rewrite_metadata(zoo_copy / "syn", "train", changed)
     with pytest.raises(ZooFormatError, match=r"train.parquet: 1 rows point past their shard's end, first: checkpoint "
                                              r"'.*' -> weights/train-\d+.safetensors row 10000"):
         Zoo.open(zoo_copy, "syn").split_weights("train")
@@ -236,13 +252,9 @@ def test_an_empty_split_loads_as_empty(tmp_path: Path) -> None:
 
 def test_metadata_written_before_run_config_existed_reads_it_as_null(zoo_copy: Path, stz_home: Path) -> None:
     """Zoos written before the `run_config` column load unchanged, that column null, by both read paths."""
-    manifest_path = zoo_copy / "syn" / "zoo.json"
-    manifest = json.loads(manifest_path.read_text())
-    for info in manifest["metadata"].values():
-        path = zoo_copy / "syn" / info["path"]
-        pq.write_table(pq.read_table(path).drop_columns(["run_config"]), path)
-        info["bytes"], info["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
-    manifest_path.write_text(json.dumps(manifest))
+    for split in ("train", "validation", "test"):
+        path = zoo_copy / "syn" / "metadata" / f"{split}.parquet"
+        rewrite_metadata(zoo_copy / "syn", split, pq.read_table(path).drop_columns(["run_config"]))
     zoo = Zoo.open(zoo_copy, "syn")
     assert zoo.verify() == []
     table = zoo.metadata("train")
