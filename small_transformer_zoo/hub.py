@@ -141,7 +141,12 @@ def load_dataset(
         if streaming:
             out = dict(builder.as_streaming_dataset())
         else:
-            builder.download_and_prepare()
+            try:
+                builder.download_and_prepare()
+            except datasets.exceptions.DatasetGenerationError as exc:
+                if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
+                    raise exc.__cause__ from None
+                raise
             out = dict(builder.as_dataset())
     # `datasets` cannot prepare a split without rows; an empty split is still a split of the zoo.
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))

@@ -1,0 +1,225 @@
+"""Fault injection: damaged, rewritten and malformed zoos on every read path (the fast path, `load_dataset`,
+streaming). Each case must end in a clear error naming the file, or in the correct data; never in wrong data."""
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
+from small_transformer_zoo.splits import assign_split
+from tests.test_format import rewrite_metadata
+
+
+
+def _fast_path(root: Path) -> torch.Tensor:
+    return Zoo.open(root, "syn").split_weights("train").to_tensor()
+
+
+def _load_dataset(root: Path) -> torch.Tensor:
+    """`load_dataset` with a `datasets` cache of its own beside the zoo, so no other test's cache answers."""
+    loaded = load_dataset(str(root), "syn", split="train", cache_dir=str(root.parent / "datasets-cache"))
+    return loaded.with_format("torch")[:]["params"]
+
+
+def _streaming(root: Path) -> torch.Tensor:
+    rows = load_dataset(str(root), "syn", split="train", streaming=True).with_format("torch")
+    return torch.stack([row["params"] for row in rows])
+
+
+READ_PATHS = {"fast path": _fast_path, "load_dataset": _load_dataset, "streaming": _streaming}
+
+
+def _train_shard(root: Path) -> Path:
+    manifest = json.loads((root / "syn" / "zoo.json").read_text())
+    return root / "syn" / next(s["path"] for s in manifest["shards"] if s["split"] == "train")
+
+
+def _flip_in_place_keeping_mtime(path: Path) -> None:
+    """Change one weight byte without changing size, inode or mtime (only ctime moves)."""
+    before = os.stat(path)
+    with open(path, "r+b") as handle:
+        handle.seek(-5, os.SEEK_END)
+        byte = handle.read(1)
+        handle.seek(-5, os.SEEK_END)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("read", list(READ_PATHS))
+def test_shard_rewritten_in_place_after_a_verified_load(read: str, zoo_copy: Path, stz_home: Path,
+                                                        tmp_path: Path) -> None:
+    _fast_path(zoo_copy)  # verified and stamped on this machine
+    path = _train_shard(zoo_copy)
+    _flip_in_place_keeping_mtime(path)
+    if read == "streaming":
+        pytest.xfail("streaming reads rows by range and does not hash whole shards yet")
+    with pytest.raises(ZooFormatError, match=f"{path.name}: sha256 is .* altered or damaged"):
+        READ_PATHS[read](zoo_copy)
+
+
+def test_a_damaged_copy_cannot_poison_the_cache_of_a_pristine_one(synthetic_root: Path, stz_home: Path,
+                                                                  tmp_path: Path) -> None:
+    damaged, pristine = tmp_path / "copies" / "a", tmp_path / "copies" / "b"  # one datasets cache for both
+    shutil.copytree(synthetic_root, damaged)
+    shutil.copytree(synthetic_root, pristine)
+    _fast_path(damaged)
+    _flip_in_place_keeping_mtime(_train_shard(damaged))
+    with pytest.raises(ZooFormatError, match="sha256"):
+        _load_dataset(damaged)
+    assert torch.equal(_load_dataset(pristine), _fast_path(pristine))
+
+
+def _set(column: str, index: int, value: object) -> Callable[[pa.Table], pa.Table]:
+    def change(table: pa.Table) -> pa.Table:
+        values = table.column(column).to_pylist()
+        values[index] = value
+        return table.set_column(table.schema.get_field_index(column), column,
+                                pa.array(values, table.schema.field(column).type))
+    return change
+
+
+def _move_run_to_the_wrong_split(table: pa.Table) -> pa.Table:
+    other = next(f"intruder-{i}" for i in range(1000) if assign_split(f"intruder-{i}") != "train")
+    return _set("run_id", 0, other)(table)
+
+
+def _drop_row(table: pa.Table) -> pa.Table:
+    return table.slice(1)
+
+
+METADATA_FAULTS = {
+    "accuracy edited": (_set("test_accuracy", 2, 0.987654), None),
+    "accuracy NaN": (_set("test_accuracy", 2, float("nan")), r"test_accuracy is nan, not a fraction"),
+    "accuracy negative": (_set("test_accuracy", 2, -0.5), r"test_accuracy is -0.5, not a fraction"),
+    "accuracy missing": (_set("test_accuracy", 2, None), r"test_accuracy is null, not a fraction"),
+    "loss infinite": (_set("train_loss", 1, float("inf")), r"train_loss is inf, not a finite non-negative"),
+    "duplicate id": (lambda t: _set("checkpoint_id", 1, t.column("checkpoint_id")[0].as_py())(t),
+                     r"checkpoint_id '.*' occurs more than once"),
+    "run in the wrong split": (_move_run_to_the_wrong_split, r"run 'intruder-\d+' belongs to split"),
+    "row deleted": (_drop_row, r"split 'train': counts says \d+, its metadata \d+ rows"),
+}
+
+
+@pytest.mark.parametrize("read", list(READ_PATHS))
+@pytest.mark.parametrize("fault", list(METADATA_FAULTS))
+def test_metadata_faults_fail_on_every_read_path(fault: str, read: str, zoo_copy: Path, stz_home: Path) -> None:
+    """Each fault twice: the file edited alone (its sha256 no longer matches), then with the manifest rewritten to
+    match it (a consistent but wrong zoo), which the value checks must catch."""
+    change, consistent_error = METADATA_FAULTS[fault]
+    path = zoo_copy / "syn" / "metadata" / "train.parquet"
+    changed = change(pq.read_table(path))
+    pq.write_table(changed, path)
+    with pytest.raises(ZooFormatError, match=r"train.parquet: (size is|sha256 is)"):
+        READ_PATHS[read](zoo_copy)
+    if consistent_error is None:
+        return  # a plausible edited value in a consistent zoo is indistinguishable from a real one
+    rewrite_metadata(zoo_copy / "syn", "train", changed)
+    with pytest.raises(ZooFormatError, match=consistent_error):
+        READ_PATHS[read](zoo_copy)
+
+
+def _edit_manifest(root: Path, change: Callable[[dict], None]) -> None:
+    path = root / "syn" / "zoo.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def _shard(index: int, key: str, value: object) -> Callable[[dict], None]:
+    return lambda m: m["shards"][index].__setitem__(key, value)
+
+
+MANIFEST_FAULTS = {
+    "shard path escapes the zoo": (_shard(0, "path", "../../outside.safetensors"), r"shards\[0\].path' is "
+                                                                                    r"'../../outside"),
+    "absolute shard path": (_shard(0, "path", "/etc/passwd"), r"'shards\[0\].path' is '/etc/passwd'"),
+    "bytes as a string": (_shard(0, "bytes", "100"), r"'shards\[0\].bytes' is '100', not a count"),
+    "negative rows": (_shard(0, "rows", -1), r"'shards\[0\].rows' is -1, not a count"),
+    "huge count": (_shard(0, "bytes", 10**30), r"not a count"),
+    "sha256 missing": (lambda m: m["shards"][0].pop("sha256"), r"sha256' is None"),
+    "split emptied by its count": (lambda m: m["counts"].__setitem__("train", 0), r"split 'train': counts says 0"),
+    "shards not a list": (lambda m: m.__setitem__("shards", {"a": 1}), r"'shards' and 'extras' must be lists"),
+    "metadata entry not an object": (lambda m: m["metadata"].__setitem__("train", 3), r"'metadata.train' must be"),
+    "unknown split": (lambda m: m["metadata"].__setitem__("dev", m["metadata"]["train"]), r"names split 'dev'"),
+}
+
+
+@pytest.mark.parametrize("fault", list(MANIFEST_FAULTS))
+def test_malformed_manifests_are_clear_errors(fault: str, zoo_copy: Path, stz_home: Path) -> None:
+    change, message = MANIFEST_FAULTS[fault]
+    _edit_manifest(zoo_copy, change)
+    for read in READ_PATHS.values():
+        with pytest.raises(ZooFormatError, match=rf"zoo.json: .*{message}"):
+            read(zoo_copy)
+
+
+def test_deeply_nested_or_invalid_json_manifest(zoo_copy: Path, stz_home: Path) -> None:
+    (zoo_copy / "syn" / "zoo.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ZooFormatError, match="zoo.json: manifest is not valid JSON"):
+        Zoo.open(zoo_copy, "syn")
+
+
+def _header_of(path: Path) -> tuple[int, dict]:
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    return length, json.loads(data[8 : 8 + length])
+
+
+def _rewrite_header(path: Path, change: Callable[[dict], None]) -> None:
+    """Rewrite a shard's header (offsets count from the data, so its length may change) and give the manifest the
+    file's new size and sha256."""
+    data = path.read_bytes()
+    length, header = _header_of(path)
+    change(header)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    data = len(raw).to_bytes(8, "little") + raw + data[8 + length :]
+    path.write_bytes(data)
+
+    def update(manifest: dict) -> None:
+        entry = next(s for s in manifest["shards"] if path.name in s["path"])
+        entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+
+    _edit_manifest(path.parents[2], update)
+
+
+HEADER_FAULTS = {
+    "negative offset": (lambda h: h["params"].__setitem__("data_offsets", [-4, h["params"]["data_offsets"][1] - 4]),
+                        r"data_offsets \[-4, \d+\] must be \[0, end\]"),
+    "gap before the data": (lambda h: h["params"].__setitem__("data_offsets", [4, h["params"]["data_offsets"][1] + 4]),
+                            r"data_offsets \[4, \d+\] must be \[0, end\]"),
+    "offsets as strings": (lambda h: h["params"].__setitem__("data_offsets", ["0", "8"]), r"must be \[0, end\]"),
+    "offsets missing": (lambda h: h["params"].pop("data_offsets"), r"bad safetensors header \(KeyError"),
+    "second tensor": (lambda h: h.__setitem__("x", {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}),
+                      r"entries \['x'\] besides 'params'"),
+    "shape as floats": (lambda h: h["params"].__setitem__("shape", [float(s) for s in h["params"]["shape"]]),
+                        r"must be F32 \[rows, n_params\]"),
+}
+
+
+@pytest.mark.parametrize("read", list(READ_PATHS))
+@pytest.mark.parametrize("fault", list(HEADER_FAULTS))
+def test_malformed_shard_headers_are_clear_errors(fault: str, read: str, zoo_copy: Path, stz_home: Path) -> None:
+    change, message = HEADER_FAULTS[fault]
+    path = _train_shard(zoo_copy)
+    _rewrite_header(path, change)
+    with pytest.raises(ZooFormatError, match=rf"{path.name}: .*{message}"):
+        READ_PATHS[read](zoo_copy)
+
+
+def test_intact_zoo_reads_the_same_on_every_path(synthetic_root: Path, stz_home: Path) -> None:
+    """The control: with nothing damaged, the three read paths agree row for row."""
+    results = [read(synthetic_root) for read in READ_PATHS.values()]
+    table = Zoo.open(synthetic_root, "syn").metadata("train")
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    assert results[0].shape == (table.num_rows, Zoo.open(synthetic_root, "syn").spec.n_params)
+    assert np.isfinite(pc.sum(table.column("test_accuracy")).as_py())
