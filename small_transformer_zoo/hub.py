@@ -95,6 +95,18 @@ def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, t
     return local
 
 
+def evict_from_hub_cache(path: str | None, snapshot: Path) -> bool:
+    """Remove a downloaded file that failed verification from the Hugging Face cache (its snapshot link and its
+    blob), so that a bad download is not served again; True when `path` was in the cache."""
+    if path is None or not Path(path).is_relative_to(snapshot):
+        return False
+    link = Path(path)
+    blob = link.resolve()
+    link.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
+    return True
+
+
 def streaming_root(location: ZooLocation, token: Any = None) -> str:
     """`hf://` root pinned to the commit the revision points at now, so one stream never mixes two commits."""
     sha = HfApi().dataset_info(location.repo_id, revision=location.revision, token=token).sha
@@ -142,10 +154,16 @@ def load_dataset(
             out = dict(builder.as_streaming_dataset())
         else:
             try:
-                builder.download_and_prepare()
-            except datasets.exceptions.DatasetGenerationError as exc:
-                if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
-                    raise exc.__cause__ from None
+                try:
+                    builder.download_and_prepare()
+                except datasets.exceptions.DatasetGenerationError as exc:
+                    if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
+                        raise exc.__cause__ from None
+                    raise
+            except ZooFormatError as exc:
+                if location.kind == "hub" and evict_from_hub_cache(exc.path, Path(root)):
+                    raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the "
+                                                   f"next load downloads it again") from None
                 raise
             out = dict(builder.as_dataset())
     # `datasets` cannot prepare a split without rows; an empty split is still a split of the zoo.

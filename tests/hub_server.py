@@ -74,6 +74,7 @@ class HubServer:
         self.storage = Path(tempfile.mkdtemp(prefix="stz-hub-"))
         self.lfs: dict[str, Path] = {}
         self.fail_next_commit = False
+        self.corrupt_once: set[str] = set()  # "repo/path": the next GET of it has one byte flipped (a bad transfer)
         self._snapshots = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -213,6 +214,10 @@ class HubServer:
                 with open(path, "rb") as handle:
                     handle.seek(start)
                     body = handle.read(stop - start)
+                key = f"{repo_id}/{name}"
+                if key in server.corrupt_once and body:
+                    server.corrupt_once.discard(key)
+                    body = bytes([body[0] ^ 0x01]) + body[1:]
                 self._send(status, body, headers)
 
             def do_HEAD(self) -> None:

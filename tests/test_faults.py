@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.splits import assign_split
+from tests.hub_server import HubServer
 from tests.test_format import rewrite_metadata
 
 
@@ -223,3 +225,18 @@ def test_intact_zoo_reads_the_same_on_every_path(synthetic_root: Path, stz_home:
     assert all(torch.equal(results[0], r) for r in results[1:])
     assert results[0].shape == (table.num_rows, Zoo.open(synthetic_root, "syn").spec.n_params)
     assert np.isfinite(pc.sum(table.column("test_accuracy")).as_py())
+
+
+@pytest.mark.parametrize("damaged", ["syn/weights/train-00000.safetensors", "syn/metadata/train.parquet"])
+def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: str, hub: HubServer, synthetic_root: Path,
+                                                              stz_home: Path, tmp_path: Path) -> None:
+    repo_id = f"org/evict-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    hub.corrupt_once.add(f"{repo_id}/{damaged}")
+    cache = str(tmp_path / "datasets-cache")
+    with pytest.raises(ZooFormatError, match=r"sha256 is .*removed from the Hugging Face cache"):
+        load_dataset(repo_id, "syn", split="train", cache_dir=cache)
+    loaded = load_dataset(repo_id, "syn", split="train", cache_dir=cache).with_format("torch")
+    assert torch.equal(loaded[:]["params"], _fast_path(synthetic_root))
+    assert loaded[:]["test_accuracy"].tolist() == pytest.approx(
+        Zoo.open(synthetic_root, "syn").metadata("train").column("test_accuracy").to_pylist())
