@@ -9,6 +9,7 @@ with contiguous range reads, so streaming fetches only the bytes of the rows it 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME, load_manifest_text
 from .metadata import METADATA_SCHEMA
 from .metadata_checks import load_checked_metadata
-from .shards import read_header, read_rows
+from .shards import read_header, read_rows, row_digest
 from .splits import SPLIT_NAMES
 from .verification import check_file
 
@@ -99,12 +100,12 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
                 for info, path in zip(shards, local["shards"]):
                     check_file(path, info["bytes"], info["sha256"], self.config.verify)
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={
-                "split": split, "metadata": local["metadata"], "shards": local["shards"],
+                "split": split, "streaming": streaming, "metadata": local["metadata"], "shards": local["shards"],
                 "shard_names": [s["path"] for s in shards],
                 "split_shard_names": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
         return generators
 
-    def _generate_tables(self, split: str, metadata: str, shards: list[str], shard_names: list[str],
+    def _generate_tables(self, split: str, streaming: bool, metadata: str, shards: list[str], shard_names: list[str],
                          split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
         with xopen(metadata, "rb", download_config=download_config) as handle:
             raw = handle.read()
@@ -115,6 +116,8 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         if unknown:
             raise ZooFormatError(metadata, f"column 'shard' names shards {unknown[:3]} not listed in the manifest")
         row_column = table.column("row").to_numpy()
+        # Streaming never sees a whole file, so it checks each row against its digest instead of the file's sha256.
+        check_rows = streaming and self.config.verify != "never" and row_checks_possible(table, metadata)
         for shard_index, (url, name) in enumerate(zip(shards, shard_names)):
             positions = np.nonzero(shard_column == name)[0]
             if positions.size == 0:
@@ -133,8 +136,28 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
                     batch_rows = rows[start : start + ROWS_PER_TABLE]
                     first, last = int(batch_rows[0]), int(batch_rows[-1]) + 1
                     block = read_rows(handle, header, first, last)[batch_rows - first]
+                    if check_rows:
+                        check_row_digests(block, table.take(batch_positions), name)
                     params = pa.FixedSizeListArray.from_arrays(pa.array(block.reshape(-1)), header.n_params)
                     yield Key(shard_index, batch_index), table.take(batch_positions).append_column("params", params)
+
+
+def row_checks_possible(table: pa.Table, metadata: str) -> bool:
+    """Whether the metadata has per-row digests; a zoo written without them streams unchecked, and says so."""
+    if table.column("params_digest").null_count:
+        warnings.warn(f"{metadata}: this zoo was written without per-row digests, so streaming cannot check its "
+                      f"rows; `stz verify` checks every file", stacklevel=2)
+        return False
+    return True
+
+
+def check_row_digests(block: np.ndarray, rows: pa.Table, shard: str) -> None:
+    """Each packed row against the `params_digest` its metadata row holds."""
+    for values, digest, checkpoint in zip(block, rows.column("params_digest").to_pylist(),
+                                          rows.column("checkpoint_id").to_pylist()):
+        if row_digest(values) != digest:
+            raise ZooFormatError(shard, f"the weights of checkpoint {checkpoint!r} do not match their digest in the "
+                                        f"metadata: the shard was altered or damaged")
 
 
 def builder_for(root: str, config: str, *, splits: tuple[str, ...] | None = None, verify: str = "once",

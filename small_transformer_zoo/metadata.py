@@ -36,14 +36,15 @@ METADATA_SCHEMA = pa.schema(
         pa.field("diverged", pa.bool_(), nullable=False),
         pa.field("shard", pa.string(), nullable=False),
         pa.field("row", pa.int64(), nullable=False),
+        pa.field("params_digest", pa.string()),
     ]
 )
 COLUMNS = tuple(METADATA_SCHEMA.names)
 # Columns added after the first zoos were written: absent in an older file, they read as nulls.
-LATER_COLUMNS = ("run_config",)
+LATER_COLUMNS = ("run_config", "params_digest")
 # What a caller of ZooWriter.add must give; the writer fills checkpoint_id, split, shard and row itself.
 REQUIRED_INPUT = ("run_id", "epoch", "test_accuracy")
-WRITER_OWNED = ("split", "shard", "row")
+WRITER_OWNED = ("split", "shard", "row", "params_digest")
 
 
 def checkpoint_id_for(run_id: str, epoch: int, is_best: bool) -> str:

@@ -8,6 +8,7 @@ live in the safetensors `__metadata__` (and in zoo.json), so a shard still descr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -50,6 +51,12 @@ def encode_shard(params: np.ndarray, layout: list[ParameterInfo], config: str) -
         "layout": json.dumps([p.to_dict() for p in layout], separators=(",", ":")),
     }
     return canonical_header(safetensors_save({TENSOR_NAME: np.ascontiguousarray(params)}, metadata=metadata))
+
+
+def row_digest(row: np.ndarray) -> str:
+    """The checksum of one packed row stored in the metadata (`params_digest`): BLAKE2b-128 of its float32
+    little-endian bytes. Streaming checks each row against it as the row arrives."""
+    return hashlib.blake2b(np.ascontiguousarray(row, dtype="<f4").tobytes(), digest_size=16).hexdigest()
 
 
 def canonical_header(data: bytes) -> bytes:

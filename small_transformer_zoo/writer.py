@@ -23,7 +23,7 @@ from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenanc
 from .metadata import build_table, normalise_row
 from .registry import register_local_zoo
 from .root_card import write_root_card
-from .shards import canonical_header, encode_shard
+from .shards import canonical_header, encode_shard, row_digest
 from .splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, SPLIT_NAMES, assign_split, check_fractions
 from .weight_space import pack_state_dict
 
@@ -106,7 +106,7 @@ class ZooWriter:
         if not row["diverged"] and not np.isfinite(packed).all():
             raise ValueError(f"{where}: weights contain NaN or inf; mark the checkpoint diverged=True to keep it")
         split = assign_split(row["run_id"], self.fractions, self.split_salt)
-        row["split"] = split
+        row["split"], row["params_digest"] = split, row_digest(packed)
         self._ids.add(row["checkpoint_id"])
         self._buffers[split].append(packed)
         self._pending_rows[split].append(row)

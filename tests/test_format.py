@@ -250,14 +250,19 @@ def test_an_empty_split_loads_as_empty(tmp_path: Path) -> None:
     assert zoo.weight_space("test")[0].batch_size == 0
 
 
-def test_metadata_written_before_run_config_existed_reads_it_as_null(zoo_copy: Path, stz_home: Path) -> None:
-    """Zoos written before the `run_config` column load unchanged, that column null, by both read paths."""
+def test_metadata_written_before_the_later_columns_reads_them_as_null(zoo_copy: Path, stz_home: Path) -> None:
+    """Zoos written before `run_config` and `params_digest` load unchanged, those columns null, on every read
+    path; streaming says that it cannot check their rows."""
     for split in ("train", "validation", "test"):
         path = zoo_copy / "syn" / "metadata" / f"{split}.parquet"
-        rewrite_metadata(zoo_copy / "syn", split, pq.read_table(path).drop_columns(["run_config"]))
+        rewrite_metadata(zoo_copy / "syn", split, pq.read_table(path).drop_columns(["run_config", "params_digest"]))
     zoo = Zoo.open(zoo_copy, "syn")
     assert zoo.verify() == []
     table = zoo.metadata("train")
-    assert table.column_names == list(COLUMNS) and table.column("run_config").null_count == table.num_rows
+    assert table.column_names == list(COLUMNS)
+    assert table.column("run_config").null_count == table.column("params_digest").null_count == table.num_rows
     loaded = load_dataset(str(zoo_copy), "syn", split="train")
     assert loaded.num_rows == table.num_rows and set(loaded["run_config"]) == {None}
+    with pytest.warns(UserWarning, match="written without per-row digests, so streaming cannot check its rows"):
+        streamed = list(load_dataset(str(zoo_copy), "syn", split="train", streaming=True))
+    assert len(streamed) == table.num_rows
