@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -297,6 +298,7 @@ def _train_and_assemble(out: Path, plan: BuildPlan, runs: list[Run], mine: list[
         log(f"shard {shard_index} of {num_shards} done; join the shards with `stz merge`")
         return {"plan": plan.to_dict(), "parts": str(parts)}
     manifest = assemble(out, plan, runs, [parts], spec, data, preset.shard_size)
+    shutil.rmtree(_build_dir(out, plan.config), ignore_errors=True)
     log(f"wrote {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs to "
         f"{out / plan.config}")
     return manifest

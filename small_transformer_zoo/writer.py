@@ -193,10 +193,14 @@ def _parquet_bytes(table: Any) -> bytes:
 
 
 def _replace_config_dir(staging: Path, target: Path) -> None:
-    """Swap a finished staged zoo in for the old one; the old manifest goes first, so no mix is ever complete."""
+    """Swap a finished staged zoo in for the old one; the old manifest goes first, so no mix is ever complete.
+
+    Hidden children (`.staging`, a build's `.build` parts, an import's `.import` parts) stay: a crash in the middle
+    leaves no manifest but every part, so the rerun assembles the zoo again without redoing the work; the writer's
+    caller removes its parts once the zoo is in place."""
     (target / MANIFEST_NAME).unlink(missing_ok=True)
     for child in target.iterdir():
-        if child != staging:
+        if not child.name.startswith("."):
             shutil.rmtree(child) if child.is_dir() else child.unlink()
     for child in staging.iterdir():
         if child.name != MANIFEST_NAME:

@@ -3,10 +3,10 @@ and whole `tiny` builds: resumed after a real kill, sharded and merged, and refu
 
 import gzip
 import json
+import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -201,24 +201,59 @@ def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
     assert run_build("mnist", "tiny", tiny_build, progress=False, log=quiet)["config"] == "mnist-tiny"  # reused
 
 
+KILL_AFTER_FIRST_PART = """
+import os, signal, sys
+import builders.build as build
+save = build.save_part
+def save_then_die(*args, **kwargs):
+    save(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+build.save_part = save_then_die
+from small_transformer_zoo.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_killed_build_resumes_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
+    """A real SIGKILL at a fixed point: the build process kills itself right after its first part is on disk."""
     out = tmp_path / "resumed"
-    command = [sys.executable, "-m", "small_transformer_zoo.cli", "build", "--task", "mnist", "--preset", "tiny",
-               "--out", str(out), "--no-progress"]
-    process = subprocess.Popen(command, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    arguments = ["build", "--task", "mnist", "--preset", "tiny", "--out", str(out), "--no-progress", "--workers", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_PART, *arguments], cwd=PROJECT,
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL
     parts = out / "mnist-tiny" / ".build" / "parts"
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(parts.glob("*.json"))) < 1:
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    done = len(list(parts.glob("*.json")))
-    assert 1 <= done < 4, f"the kill should land part-way, {done} of 4 groups were done"
-    assert not (out / "mnist-tiny" / "zoo.json").exists()
-    assert subprocess.run(command, cwd=PROJECT, capture_output=True, timeout=300).returncode == 0
+    assert len(list(parts.glob("*.json"))) == 1 and not (out / "mnist-tiny" / "zoo.json").exists()
+    resumed = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", *arguments], cwd=PROJECT,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resuming: 4 of 16 runs already trained" in resumed.stdout + resumed.stderr
     first, second = _params(tiny_build, "mnist-tiny"), _params(out, "mnist-tiny")
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_crash_while_swapping_the_zoo_in_keeps_every_trained_part(tiny_build: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import small_transformer_zoo.writer as writer
+
+    swap = writer._replace_config_dir
+
+    def crash_during_swap(staging: Path, target: Path) -> None:
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError("simulated crash")))
+            swap(staging, target)
+
+    monkeypatch.setattr(writer, "_replace_config_dir", crash_during_swap)
+    with pytest.raises(OSError, match="simulated crash"):
+        run_build("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
+    config = tmp_path / "out" / "mnist-tiny"
+    assert not (config / "zoo.json").exists() and len(list((config / ".build" / "parts").glob("*.json"))) == 4
+    monkeypatch.setattr(writer, "_replace_config_dir", swap)
+    said: list[str] = []
+    run_build("mnist", "tiny", tmp_path / "out", progress=False, log=said.append)
+    assert "resuming: 16 of 16 runs already trained" in said and "training on cpu: 0 groups of up to 4 runs" in said
+    assert not (config / ".build").exists() and not (config / ".staging").exists()
+    first, second = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "out", "mnist-tiny")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
 def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
