@@ -4,7 +4,6 @@ deviation over seeds; the paper's Table 1/2 as Markdown and JSON, and predicted-
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -17,10 +16,11 @@ import torch
 
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.files import atomic_write_json
 from small_transformer_zoo.plots import pyplot, save_figure
 
 from .baselines import TREE_MODELS, FlatPredictor, fit_tree
-from .metrics import DEFAULT_THRESHOLDS, scores
+from .metrics import DEFAULT_THRESHOLDS, defined, scores
 from .model import COMPONENTS, TransformerNFN
 from .train import TrainConfig, predict, train_predictor
 
@@ -179,6 +179,6 @@ def write_results(out: Path, config: str, summary: dict, result: BenchResult, ma
                   meta: dict[str, Any]) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / f"{config}-bench.json", out / f"{config}-bench.md"
-    json_path.write_text(json.dumps({**meta, "summary": summary, "per_seed": result.rows}, indent=2) + "\n")
+    atomic_write_json(json_path, defined({**meta, "summary": summary, "per_seed": result.rows}))
     md_path.write_text(markdown)
     return {"json": json_path, "markdown": md_path}

@@ -11,22 +11,29 @@ import csv
 import io
 import json
 import math
+import multiprocessing
 import os
+import re
+import stat
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.files import atomic_write_json
 
-from .metrics import DEFAULT_THRESHOLDS, scores
+from .metrics import DEFAULT_THRESHOLDS, defined, scores
+from .parquet_child import read_columns
 
 COLUMNS = ("checkpoint_id", "predicted_accuracy")
 SHOW = 5
+MAX_BYTES = 256 << 20     # a submission for 125,000 checkpoints is a few MB
+MAX_ROWS = 5_000_000
+NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.ASCII | re.I)
 
 
 class SubmissionError(ValueError):
@@ -38,25 +45,46 @@ def _few(items: list[Any]) -> str:
     return f"{shown}{' ...' if len(items) > SHOW else ''} ({len(items)} in all)"
 
 
-def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
-    """Raw ids and prediction cells, with a description of where row numbers start."""
+def _read_bytes(path: Path) -> bytes:
+    """A submission's bytes: a regular file (a FIFO or device never blocks or floods the scorer) within the limit."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise SubmissionError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SubmissionError(f"{path}: not a regular file (a folder, FIFO or device); submit a CSV or Parquet file")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
+        raise SubmissionError(f"{path}: larger than the {MAX_BYTES:,} bytes a submission may have")
+    return raw
+
+
+def _read_parquet(path: Path, raw: bytes) -> tuple[list[Any], list[Any]]:
+    """The two columns of a Parquet submission, parsed in a child process (see `parquet_child`)."""
+    context = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            status, found = pool.submit(read_columns, raw, COLUMNS, MAX_ROWS, MAX_BYTES).result()
+    except BrokenProcessPool:
+        raise SubmissionError(f"{path}: not a readable Parquet file (the Parquet reader crashed on it)") from None
+    if status == "error":
+        raise SubmissionError(f"{path}: {found}")
+    if status == "columns":
+        _check_columns(path, found)
+    return [None if v is None else str(v) for v in found["checkpoint_id"]], found["predicted_accuracy"]
+
+
+def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
+    """Raw ids and prediction cells, with a description of where row numbers start."""
+    raw = _read_bytes(path)
     if not raw.strip():
         raise SubmissionError(f"{path}: the file is empty")
     if raw[:4] == b"PAR1" or path.suffix.lower() == ".parquet":
-        try:
-            table = pq.read_table(io.BytesIO(raw))
-        except Exception as exc:  # pyarrow raises several types for damaged files
-            raise SubmissionError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
-        _check_columns(path, list(table.column_names))
-        try:
-            ids = [None if v is None else str(v) for v in table.column("checkpoint_id").to_pylist()]
-            values = table.column("predicted_accuracy").to_pylist()
-        except (pa.ArrowException, ValueError) as exc:
-            raise SubmissionError(f"{path}: columns cannot be read ({exc})") from None
+        ids, values = _read_parquet(path, raw)
         return ids, values, "Parquet row"
     try:
         text = raw.decode("utf-8-sig")
@@ -69,6 +97,8 @@ def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
     rows = [r for r in rows if any(cell.strip() for cell in r)]
     if not rows:
         raise SubmissionError(f"{path}: the file is empty")
+    if len(rows) - 1 > MAX_ROWS:
+        raise SubmissionError(f"{path}: {len(rows) - 1:,} rows, more than the {MAX_ROWS:,} a submission may have")
     header = [h.strip() for h in rows[0]]
     _check_columns(path, header)
     id_col, value_col = header.index("checkpoint_id"), header.index("predicted_accuracy")
@@ -99,10 +129,7 @@ def read_submission(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray
         raise SubmissionError(f"{path}: empty checkpoint_id at {unit}s {_few(blank)}")
     values, bad = np.empty(len(cells)), []
     for i, cell in enumerate(cells):
-        try:
-            number = None if isinstance(cell, bool) else float(cell)
-        except (TypeError, ValueError, OverflowError):
-            number = None
+        number = _number(cell)
         if number is None:
             bad.append(i + offset)
             continue
@@ -112,6 +139,9 @@ def read_submission(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray
     not_finite = [i + offset for i in np.nonzero(~np.isfinite(values))[0].tolist()]
     if not_finite:
         raise SubmissionError(f"{path}: predicted_accuracy is NaN or infinite at {unit}s {_few(not_finite)}")
+    outside = [i + offset for i in np.nonzero((values < 0.0) | (values > 1.0))[0].tolist()]
+    if outside:
+        raise SubmissionError(f"{path}: predicted_accuracy is outside [0, 1] at {unit}s {_few(outside)}")
     seen: dict[str, int] = {}
     duplicates = []
     for cid in ids:
@@ -121,6 +151,17 @@ def read_submission(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray
     if duplicates:
         raise SubmissionError(f"{path}: checkpoint ids given more than once: {_few(duplicates)}")
     return ids, values
+
+
+def _number(cell: Any) -> float | None:
+    """A prediction cell as a float: a real number, or an ASCII decimal string (no other digits, no words)."""
+    if isinstance(cell, bool) or cell is None:
+        return None
+    if isinstance(cell, (int, float)):
+        return float(cell)
+    if isinstance(cell, str) and NUMBER.fullmatch(cell):
+        return float(cell)
+    return None
 
 
 def score_submission(path: str | os.PathLike[str], zoo_root: str | os.PathLike[str], config: str,
@@ -160,7 +201,7 @@ def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, spli
     path = Path(leaderboard)
     entries = load_leaderboard(path)
     entries = [e for e in entries if (e["name"], e["config"], e["split"]) != (name, config, split)]
-    entries.append({"name": name, "config": config, "split": split, "metrics": metrics, "source": source,
+    entries.append({"name": name, "config": config, "split": split, "metrics": defined(metrics), "source": source,
                     "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     atomic_write_json(path, {"format": "stz-leaderboard", "version": 1, "entries": entries})
 
@@ -177,17 +218,28 @@ def load_leaderboard(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> str:
-    """Ranked Markdown tables, one per zoo config and split, best Kendall's tau first."""
+    """Ranked Markdown tables, one per zoo config and split, best Kendall's tau first; "-" where a metric is not
+    defined (null: fewer than two checkpoints above a threshold)."""
     out = []
     for key in sorted({(e["config"], e["split"]) for e in entries}):
-        rows = sorted((e for e in entries if (e["config"], e["split"]) == key),
-                      key=lambda e: -(e["metrics"]["tau"] if np.isfinite(e["metrics"]["tau"]) else -math.inf))
+        rows = sorted((e for e in entries if (e["config"], e["split"]) == key), key=lambda e: -_finite(e["metrics"]["tau"]))
         header = ["rank", "name", "tau"] + [f"tau >= {t:g}" for t in thresholds] + ["R^2", "L1"]
-        out += [f"### {key[0]} / {key[1]}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += [f"### {markdown_text(str(key[0]))} / {markdown_text(str(key[1]))}", "",
+                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for rank, e in enumerate(rows, start=1):
             m = e["metrics"]
-            cells = [m["tau"]] + [m.get(f"tau@{t:g}", math.nan) for t in thresholds] + [m["r2"], m["l1"]]
-            out.append(f"| {rank} | {e['name']} | " + " | ".join("-" if not np.isfinite(c) else f"{c:.3f}"
-                                                                 for c in cells) + " |")
+            cells = [m["tau"]] + [m.get(f"tau@{t:g}") for t in thresholds] + [m["r2"], m["l1"]]
+            out.append(f"| {rank} | {markdown_text(str(e['name']))} | "
+                       + " | ".join("-" if not math.isfinite(_finite(c)) else f"{c:.3f}" for c in cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _finite(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else -math.inf
+
+
+def markdown_text(text: str) -> str:
+    """Text shown as itself in a Markdown table cell: no markup, links, HTML or cell breaks."""
+    flat = " ".join(text.split())
+    return re.sub(r"([\\`*_{}\[\]()<>#+!|~])", r"\\\1", flat)

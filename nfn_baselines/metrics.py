@@ -3,6 +3,9 @@ R^2 and L1."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 from scipy.stats import kendalltau
 
@@ -31,3 +34,15 @@ def scores(predicted: np.ndarray, true: np.ndarray, thresholds: tuple[float, ...
         out[f"tau@{threshold:g}"] = kendall_tau(predicted[keep], true[keep])
         out[f"n@{threshold:g}"] = int(keep.sum())
     return out
+
+
+def defined(value: Any) -> Any:
+    """`value` with every NaN or infinite float replaced by None (nested dicts and lists too), for strict JSON:
+    a metric that is not defined (tau of fewer than two checkpoints) is null, never the non-standard `NaN`."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: defined(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [defined(v) for v in value]
+    return value

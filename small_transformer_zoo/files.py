@@ -54,7 +54,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    """Strict JSON (a NaN or infinity is an error, never the non-standard `NaN` token), written atomically."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n").encode())
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -31,7 +31,7 @@ def _csv(path: Path, lines: list[str]) -> Path:
 
 def test_valid_csv_and_parquet_score_like_the_benchmark(synthetic_root: Path, truth, tmp_path: Path) -> None:
     ids, true = truth
-    predicted = true + np.random.default_rng(0).normal(0, 0.05, len(true))
+    predicted = np.clip(true + np.random.default_rng(0).normal(0, 0.05, len(true)), 0.0, 1.0)
     csv_path = write_submission(tmp_path / "sub.csv", ids[::-1], predicted[::-1])
     parquet_path = tmp_path / "sub.parquet"
     pq.write_table(pa.table({"checkpoint_id": ids, "predicted_accuracy": predicted}), parquet_path)
@@ -51,6 +51,10 @@ def test_valid_csv_and_parquet_score_like_the_benchmark(synthetic_root: Path, tr
     (["checkpoint_id,predicted_accuracy", "a,0.5", "a,0.6", "b,0.1", "b,0.2"], r"more than once: 'a', 'b' \(2 in all\)"),
     (["checkpoint_id,predicted_accuracy", "a,0.5,9"], "number of cells differs"),
     (["checkpoint_id,predicted_accuracy", ",0.5"], "empty checkpoint_id at CSV lines 2"),
+    (["checkpoint_id,predicted_accuracy", "a,1.5", "b,-0.1", "c,0.3"], r"outside \[0, 1\] at CSV lines 2, 3"),
+    (["checkpoint_id,predicted_accuracy", "a,1e300"], r"outside \[0, 1\] at CSV lines 2"),
+    (["checkpoint_id,predicted_accuracy", "a,\u0665", "b,\uff10.5"], r"not a number at CSV lines 2, 3"),
+    (["checkpoint_id,predicted_accuracy", "a,1_0"], r"not a number at CSV lines 2"),
 ])
 def test_bad_submissions(tmp_path: Path, lines: list[str], message: str) -> None:
     with pytest.raises(SubmissionError, match=message):
@@ -135,3 +139,67 @@ def test_stz_score_cli(synthetic_root: Path, truth, tmp_path: Path, capsys: pyte
     bad = _csv(tmp_path / "bad.csv", ["checkpoint_id,predicted_accuracy", "x,1"])
     assert main(["score", str(bad), "--zoo", str(synthetic_root), "--config", "syn"]) == 2
     assert "not checkpoints of syn/test" in capsys.readouterr().err
+
+
+def test_only_regular_files_within_the_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import nfn_baselines.leaderboard as leaderboard
+
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(SubmissionError, match="pipe.csv: not a regular file"):
+        read_submission(fifo)
+    with pytest.raises(SubmissionError, match="not a regular file"):
+        read_submission(Path("/dev/zero"))
+    with pytest.raises(SubmissionError, match="not a regular file"):
+        read_submission(tmp_path)
+    monkeypatch.setattr(leaderboard, "MAX_BYTES", 1000)
+    big = _csv(tmp_path / "big.csv", ["checkpoint_id,predicted_accuracy"] + [f"c{i},0.5" for i in range(200)])
+    with pytest.raises(SubmissionError, match="big.csv: larger than the 1,000 bytes"):
+        read_submission(big)
+    monkeypatch.setattr(leaderboard, "MAX_BYTES", 10_000_000)
+    monkeypatch.setattr(leaderboard, "MAX_ROWS", 100)
+    with pytest.raises(SubmissionError, match="big.csv: 200 rows, more than the 100"):
+        read_submission(big)
+    bomb = tmp_path / "bomb.parquet"  # one repeated value: a few KB on disk, far more decoded
+    pq.write_table(pa.table({"checkpoint_id": ["x" * 1000] * 5000, "predicted_accuracy": [0.5] * 5000}), bomb,
+                   compression="zstd")
+    monkeypatch.setattr(leaderboard, "MAX_ROWS", 10_000)
+    monkeypatch.setattr(leaderboard, "MAX_BYTES", 1_000_000)
+    assert bomb.stat().st_size < 1_000_000
+    with pytest.raises(SubmissionError, match=r"bomb.parquet: decodes to more than the 1,000,000 bytes"):
+        read_submission(bomb)
+
+
+def test_damaged_parquet_is_always_a_clear_error(tmp_path: Path) -> None:
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"checkpoint_id": [f"c{i}" for i in range(50)], "predicted_accuracy": [0.5] * 50}), good)
+    data = good.read_bytes()
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        damaged = bytearray(data)
+        for position in rng.integers(4, len(data) - 4, size=8):
+            damaged[position] ^= int(rng.integers(1, 256))
+        path = tmp_path / f"damaged-{trial}.parquet"
+        path.write_bytes(bytes(damaged))
+        try:
+            ids, values = read_submission(path)
+        except SubmissionError as exc:
+            assert str(exc).startswith(str(path))
+            continue
+        assert len(ids) == len(values) and np.isfinite(values).all()
+
+
+def test_results_are_strict_json_and_names_are_escaped(tmp_path: Path) -> None:
+    board = tmp_path / "board.json"
+    add_result(board, "a|b <img src=x> [link](http://x)", "syn", "test",
+               {"tau": 0.5, "r2": float("-inf"), "l1": 0.1, "tau@0.8": float("nan")}, "x")
+    text = board.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    import json
+
+    entry = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))["entries"][0]
+    assert entry["metrics"]["r2"] is None and entry["metrics"]["tau@0.8"] is None
+    row = next(line for line in render_leaderboard(load_leaderboard(board)).splitlines() if line.startswith("| 1 "))
+    assert "a\\|b \\<img src=x\\> \\[link\\]\\(http://x\\)" in row and row.count(" | ") == 8
