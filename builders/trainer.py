@@ -159,7 +159,8 @@ def _evaluate(spec: ArchitectureSpec, packed: torch.Tensor, x: torch.Tensor, y: 
             logits = batched_logits(spec, params, xs.expand(models, *xs.shape), positions, None, embedding).float()
             correct += (logits.argmax(-1) == ys).sum(-1)
             loss += F.cross_entropy(logits.transpose(1, 2), ys.expand(models, -1), reduction="none").sum(-1).double()
-    return (correct / len(y)).cpu().numpy(), (loss / len(y)).cpu().numpy()
+    # Counts divided in float64 on the host: 457 of 1,000 is stored as 0.457, not float32's 0.45699998736.
+    return correct.cpu().double().numpy() / len(y), loss.cpu().double().numpy() / len(y)
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -267,8 +268,8 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
             correct_, seen_, loss_ = correct.cpu(), seen.cpu(), loss_sum.cpu()
             diverged_ = diverged.cpu()
             for m, run in enumerate(runs):
-                metrics = {"train_accuracy": float(correct_[m] / seen_[m]) if seen_[m] else float("nan"),
-                           "train_loss": float(loss_[m] / seen_[m]) if seen_[m] else float("nan"),
+                metrics = {"train_accuracy": float(correct_[m]) / float(seen_[m]) if seen_[m] else float("nan"),
+                           "train_loss": float(loss_[m]) / float(seen_[m]) if seen_[m] else float("nan"),
                            "validation_accuracy": float(val_acc[m]), "validation_loss": float(val_loss[m])}
                 if keep:
                     metrics |= {"test_accuracy": float(test_acc[m]), "test_loss": float(test_loss[m])}
@@ -387,7 +388,7 @@ def train_run_plain(run: Run, data: TaskData, spec: ArchitectureSpec, epochs: in
         model.eval()
         splits = ["validation", "test"] if epoch in checkpoint_epochs else ["validation"]
         with torch.no_grad():
-            history[epoch] = {f"{split}_accuracy": float(torch.cat([model(x) for x in evaluation[split][0].split(250)])
-                                                         .argmax(-1).eq(evaluation[split][1]).float().mean())
+            history[epoch] = {f"{split}_accuracy": int(torch.cat([model(x) for x in evaluation[split][0].split(250)])
+                                                       .argmax(-1).eq(evaluation[split][1]).sum()) / len(evaluation[split][1])
                               for split in splits}
     return model.state_dict(), history

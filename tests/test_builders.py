@@ -198,6 +198,8 @@ def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
         best = next(r for r in mine if r["is_best"])
         assert best["validation_accuracy"] >= max(r["validation_accuracy"] for r in mine if not r["is_best"])
         assert all(0 <= r["test_accuracy"] <= 1 and r["seed"] == run_seed(run_id) for r in mine)
+    accuracies = [r[k] for r in rows for k in ("train_accuracy", "validation_accuracy", "test_accuracy")]
+    assert all(round(a, 12) == a for a in accuracies), "accuracies are counts over totals, without float32 noise"
     assert run_build("mnist", "tiny", tiny_build, progress=False, log=quiet)["config"] == "mnist-tiny"  # reused
 
 
