@@ -13,7 +13,8 @@ from small_transformer_zoo import Zoo
 from small_transformer_zoo.devices import resolve_device
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
-from .leaderboard import add_result, load_leaderboard, render_leaderboard, score_submission, write_submission
+from .leaderboard import (SubmissionError, add_result, load_leaderboard, render_leaderboard, score_submission,
+                          write_submission)
 from .metrics import DEFAULT_THRESHOLDS
 from .quickstart import register as register_quickstart
 
@@ -69,6 +70,8 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _leaderboard(args: argparse.Namespace) -> int:
+    if not Path(args.results).is_file():
+        raise SubmissionError(f"{args.results}: no such results file (`stz score ... --leaderboard FILE` makes one)")
     text = render_leaderboard(load_leaderboard(args.results))
     if args.markdown:
         Path(args.markdown).write_text(text)

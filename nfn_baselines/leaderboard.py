@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from small_transformer_zoo import Zoo
+from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.files import atomic_write_json
 
 from .metrics import DEFAULT_THRESHOLDS, defined, scores
@@ -36,7 +37,7 @@ MAX_ROWS = 5_000_000
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.ASCII | re.I)
 
 
-class SubmissionError(ValueError):
+class SubmissionError(DataError):
     """A submission that cannot be scored; the message says which file, rows or ids, and why."""
 
 

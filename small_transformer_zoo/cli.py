@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .errors import ZooFormatError
+from .errors import DataError, ZooFormatError
+from .manifest import package_version
 from .reader import Zoo
 from .root_card import list_configs, render_card, write_root_card
 
@@ -105,7 +106,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
                                                              "benchmark zoos of trained transformers.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    sub = parser.add_subparsers(dest="command")
 
     info = sub.add_parser("info", help="counts, configs, splits and accuracy summary of a zoo root")
     info.add_argument("root")
@@ -147,13 +149,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes: 0 done, 1 a problem in the data, files or network, 2 a bad argument (argparse's code too)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         return int(args.func(args) or 0)
-    except (ZooFormatError, FileExistsError, ValueError) as exc:
-        print(f"stz {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (DataError, OSError) as exc:
+        return _fail(args.command, exc, 1)
+    except ValueError as exc:
+        return _fail(args.command, exc, 2)
+    except KeyboardInterrupt:
+        return _fail(args.command, "interrupted", 130)
+
+
+def _fail(command: str, problem: object, code: int) -> int:
+    """One line on stderr, however long or multi-line the message."""
+    print(f"stz {command}: error: {' '.join(str(problem).split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

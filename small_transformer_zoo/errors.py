@@ -1,11 +1,16 @@
-"""The one error type for a zoo that is missing, damaged or asked for something it does not have."""
+"""Errors about data: a zoo that is missing, damaged or asked for something it does not have, and the base class
+the `stz` command maps to exit code 1 (a problem in the data or files it was given, as against a bad argument)."""
 
 from __future__ import annotations
 
 import os
 
 
-class ZooFormatError(ValueError):
+class DataError(ValueError):
+    """A problem in the data or files a command was given; the message names the file and what is wrong."""
+
+
+class ZooFormatError(DataError):
     """A zoo file is missing, damaged or inconsistent; the message names the file and what is wrong."""
 
     def __init__(self, path: str | os.PathLike[str] | None, problem: str) -> None:

@@ -211,7 +211,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytes
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockedError, match=rf"is being written by pid {holder.pid} on .*a test holder"):
             run_build("mnist", "tiny", tmp_path, progress=False, log=quiet)
-        assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]) == 2
+        assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]) == 1
         assert f"pid {holder.pid}" in capsys.readouterr().err
         assert not (tmp_path / "mnist-tiny").exists(), "nothing trained or written"
     finally:

@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,60 @@ def test_verify_passes_then_fails_on_damage(zoo_copy: Path, capsys: pytest.Captu
     assert f"FAIL {shard}: sha256" in capsys.readouterr().out
 
 
-def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["info", str(tmp_path)]) == 2
-    assert "holds no zoo config" in capsys.readouterr().err
+def test_errors_are_one_line_and_exit_1_for_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "holds no zoo config" in err and err.count("\n") == 1
+
+
+def test_plain_stz_prints_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    assert "usage: stz" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("stz ")
+
+
+def _bad_calls(tmp_path: Path, zoo: Path) -> list[tuple[list[str], int]]:
+    missing, out = str(tmp_path / "missing"), str(tmp_path / "out")
+    return [
+        (["info", missing], 1),
+        (["verify", missing], 1),
+        (["card", missing], 1),
+        (["push", missing, "org/zoo"], 1),
+        (["import-original", missing, out, "--config", "c"], 1),
+        (["import-original", missing, out], 2),
+        (["build", "--task", "cifar", "--out", out], 2),
+        (["build", "--task", "mnist", "--preset", "tiny", "--out", out, "--device", "tpu"], 2),
+        (["build", "--task", "mnist", "--preset", "tiny", "--out", out, "--data-dir", missing], 1),
+        (["merge", out, missing, "--task", "mnist", "--preset", "tiny"], 1),
+        (["bench", "--zoo", missing, "--config", "syn"], 1),
+        (["bench", "--zoo", str(zoo), "--config", "syn", "--models", "oracle"], 2),
+        (["score", missing, "--zoo", str(zoo), "--config", "syn"], 1),
+        (["leaderboard", str(tmp_path / "missing.json")], 1),
+        (["quickstart", "--preset", "huge"], 2),
+        (["quickstart", "--out", out, "--device", "tpu"], 2),
+        (["nonsense"], 2),
+    ]
+
+
+def test_every_subcommand_fails_cleanly_on_bad_input(tmp_path: Path, synthetic_root: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Each subcommand with a bad argument or missing input: exit 1 (data) or 2 (usage), one line, no traceback."""
+    for argv, code in _bad_calls(tmp_path, synthetic_root):
+        try:
+            got = main(argv)
+        except SystemExit as exc:  # argparse's own usage errors
+            got = exc.code
+        err = capsys.readouterr().err
+        assert got == code, f"stz {' '.join(argv)}: exit {got}, expected {code}; stderr: {err}"
+        assert "Traceback" not in err and err.strip(), f"stz {' '.join(argv)}: {err}"
+        assert err.strip().splitlines()[-1].startswith(("stz ", "usage:")) or "error:" in err
+
+
+def test_push_without_a_network_is_one_line(synthetic_root: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "x"}
+    done = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", "push", str(synthetic_root), "org/zoo"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "push to dataset org/zoo failed" in done.stderr
