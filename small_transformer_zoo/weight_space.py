@@ -203,12 +203,22 @@ class WeightSpaceCollator:
     Each row is a mapping with `params` (packed weights), the label column and `checkpoint_id`.
     """
 
-    def __init__(self, spec: ArchitectureSpec, label: str = "test_accuracy", dtype: torch.dtype = torch.float32):
+    def __init__(self, spec: ArchitectureSpec, label: str = "test_accuracy", dtype: torch.dtype = torch.float32,
+                 *, canonical: bool = False, standardize: Any = None):
+        """`canonical`: each checkpoint in its canonical form (`small_transformer_zoo.canonical`); `standardize`:
+        a `small_transformer_zoo.standardize.WeightStats` applied after it (compute it on the same form)."""
         self.spec, self.label, self.dtype = spec, label, dtype
+        self.canonical, self.standardize = canonical, standardize
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> WeightSpaceBatch:
         params = torch.stack([torch.as_tensor(row["params"]) for row in rows]).to(self.dtype)
         labels = torch.tensor([float(row[self.label]) for row in rows], dtype=self.dtype)
         weights = TransformerWeights.from_params(params, self.spec)
+        if self.canonical:
+            from .canonical import canonicalize
+
+            weights = canonicalize(weights)
+        if self.standardize is not None:
+            weights = self.standardize.apply(weights)
         return WeightSpaceBatch(weights, labels, [str(row["checkpoint_id"]) for row in rows])
 
