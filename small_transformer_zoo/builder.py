@@ -9,6 +9,7 @@ with contiguous range reads, so streaming fetches only the bytes of the rows it 
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME, load_manifest_text
 from .metadata import METADATA_SCHEMA
 from .metadata_checks import load_checked_metadata
+from .selection import where_mask
 from .shards import read_header, read_rows, row_digest
 from .splits import SPLIT_NAMES
 from .verification import check_file
@@ -57,6 +59,7 @@ class ZooBuilderConfig(datasets.BuilderConfig):
 
     splits: tuple[str, ...] | None = None
     verify: str = "once"
+    where: str | None = None  # `selection.where_to_json` of a metadata filter
 
 
 class SmallTransformerZoo(datasets.ArrowBasedBuilder):
@@ -115,6 +118,9 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         unknown = sorted(set(shard_column) - set(split_shard_names))
         if unknown:
             raise ZooFormatError(metadata, f"column 'shard' names shards {unknown[:3]} not listed in the manifest")
+        if self.config.where:
+            table = table.filter(pa.array(where_mask(table, json.loads(self.config.where))))
+            shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
         row_column = table.column("row").to_numpy()
         # Streaming never sees a whole file, so it checks each row against its digest instead of the file's sha256.
         check_rows = streaming and self.config.verify != "never" and row_checks_possible(table, metadata)
@@ -134,12 +140,18 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
                 for batch_index, start in enumerate(range(0, positions.size, ROWS_PER_TABLE)):
                     batch_positions = positions[start : start + ROWS_PER_TABLE]
                     batch_rows = rows[start : start + ROWS_PER_TABLE]
-                    first, last = int(batch_rows[0]), int(batch_rows[-1]) + 1
-                    block = read_rows(handle, header, first, last)[batch_rows - first]
+                    block = read_row_runs(handle, header, batch_rows)
                     if check_rows:
                         check_row_digests(block, table.take(batch_positions), name)
                     params = pa.FixedSizeListArray.from_arrays(pa.array(block.reshape(-1)), header.n_params)
                     yield Key(shard_index, batch_index), table.take(batch_positions).append_column("params", params)
+
+
+def read_row_runs(handle: Any, header: Any, rows: np.ndarray) -> np.ndarray:
+    """The given (sorted) rows of a shard, one contiguous read per run of consecutive rows: a selection fetches
+    only its own rows' bytes."""
+    runs = np.split(rows, np.nonzero(np.diff(rows) != 1)[0] + 1)
+    return np.concatenate([read_rows(handle, header, int(run[0]), int(run[-1]) + 1) for run in runs])
 
 
 def row_checks_possible(table: pa.Table, metadata: str) -> bool:
@@ -161,7 +173,8 @@ def check_row_digests(block: np.ndarray, rows: pa.Table, shard: str) -> None:
 
 
 def builder_for(root: str, config: str, *, splits: tuple[str, ...] | None = None, verify: str = "once",
-                cache_dir: str | None = None, token: Any = None) -> SmallTransformerZoo:
-    """A builder for `<root>/<config>`, limited to `splits`."""
-    return SmallTransformerZoo(root, config, splits=splits, verify=verify, cache_dir=cache_dir, token=token)
+                cache_dir: str | None = None, token: Any = None, where: str | None = None) -> SmallTransformerZoo:
+    """A builder for `<root>/<config>`, limited to `splits` and to the rows a `where` filter (JSON) selects."""
+    return SmallTransformerZoo(root, config, splits=splits, verify=verify, cache_dir=cache_dir, token=token,
+                               where=where)
 

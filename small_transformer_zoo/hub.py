@@ -8,7 +8,7 @@ and split are downloaded, and a second call works offline from the Hugging Face 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +23,7 @@ from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME
 from .registry import find_local_zoo
 from .root_card import list_configs
+from .selection import where_to_json
 from .splits import SPLIT_NAMES
 
 SHORT_NAME = "small-transformer-zoo"
@@ -127,12 +128,15 @@ def load_dataset(
     cache_dir: str | None = None,
     token: Any = None,
     verify: Literal["once", "always", "never"] = "once",
+    where: Mapping[str, Any] | None = None,
 ) -> datasets.Dataset | datasets.DatasetDict | datasets.IterableDataset | datasets.IterableDatasetDict:
     """Load a zoo config as a `datasets` object: one row per checkpoint, packed weights in `params`.
 
     `name_or_path`: a local zoo root (or config folder), a Hub repo id, or `"small-transformer-zoo"`.
     `split=None` gives all splits as a DatasetDict. `streaming=True` reads rows lazily (local or Hub).
     `verify`: sha256 checks of weight shards before use ("once" per file per machine, "always", "never").
+    `where`: only the checkpoints whose metadata match, e.g. `{"optimizer": "adam", "learning_rate": (1e-4, 1e-3),
+    "epoch": [1, 50]}` (`small_transformer_zoo.selection`); the filter runs before any weight is read.
     """
     splits = _check_split(split)
     location = resolve_zoo(name_or_path, config, revision)
@@ -149,7 +153,8 @@ def load_dataset(
     filled = tuple(s for s in wanted if manifest["counts"].get(s, 0) > 0)
     out: dict[str, Any] = {}
     if filled:
-        builder = builder_for(root, location.config, splits=filled, verify=verify, cache_dir=cache_dir, token=token)
+        builder = builder_for(root, location.config, splits=filled, verify=verify, cache_dir=cache_dir, token=token,
+                              where=where_to_json(where))
         if streaming:
             out = dict(builder.as_streaming_dataset())
         else:
@@ -165,8 +170,9 @@ def load_dataset(
                     raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the "
                                                    f"next load downloads it again") from None
                 raise
-            out = dict(builder.as_dataset())
-    # `datasets` cannot prepare a split without rows; an empty split is still a split of the zoo.
+            prepared = builder.info.splits
+            out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
+    # `datasets` cannot read a split without rows back; an empty split (or selection) is still a split of the zoo.
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
     for name in wanted:
         if name not in out:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +19,7 @@ from .errors import ZooFormatError
 from .files import sha256_file
 from .manifest import MANIFEST_NAME, load_manifest
 from .metadata_checks import load_checked_metadata
+from .selection import normalise_where, where_mask
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, open_header
 from .verification import check_file
@@ -184,11 +185,12 @@ class Zoo:
         return SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy())
 
     def select(self, split: str, *, min_accuracy: float | None = None, max_accuracy: float | None = None,
-               epochs: Iterable[int] | None = None, best_only: bool = False,
-               include_diverged: bool = False) -> np.ndarray:
-        """Indices of the split's metadata rows that pass the filters (test accuracy range, epochs, best)."""
+               epochs: Iterable[int] | None = None, best_only: bool = False, include_diverged: bool = False,
+               where: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Indices of the split's metadata rows that pass the filters: test accuracy range, epochs, best, and
+        `where` on any metadata column (`small_transformer_zoo.selection`)."""
         table = self.metadata(split)
-        mask = pa.array(np.ones(table.num_rows, dtype=bool))
+        mask = pa.array(where_mask(table, normalise_where(where)))
         accuracy = table.column("test_accuracy")
         if min_accuracy is not None:
             mask = pc.and_(mask, pc.fill_null(pc.greater_equal(accuracy, min_accuracy), False))

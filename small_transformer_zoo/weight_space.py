@@ -8,6 +8,7 @@ reshapes over the whole batch; there is no loop over rows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -170,7 +171,8 @@ class TransformerWeights:
             out[f"{pre}.attn.q_proj.weight"] = _qkv_from_nfn(blk.W_q, spec)
             out[f"{pre}.attn.k_proj.weight"] = _qkv_from_nfn(blk.W_k, spec)
             out[f"{pre}.attn.v_proj.weight"] = _qkv_from_nfn(blk.W_v, spec)
-            out[f"{pre}.attn.o_proj.weight"] = blk.W_o.reshape(batch, -1, spec.d_model).transpose(-1, -2)
+            out[f"{pre}.attn.o_proj.weight"] = blk.W_o.reshape(batch, spec.num_heads * spec.d_head,
+                                                               spec.d_model).transpose(-1, -2)
             out[f"{pre}.mlp.fc1.weight"] = blk.W_A.transpose(-1, -2)
             out[f"{pre}.mlp.fc1.bias"] = blk.b_A
             out[f"{pre}.mlp.fc2.weight"] = blk.W_B.transpose(-1, -2)
@@ -185,7 +187,7 @@ class TransformerWeights:
     def to_params(self) -> torch.Tensor:
         """Back to packed rows [B, n_params]."""
         tensors = self.to_state_dicts()
-        return torch.cat([t.reshape(t.shape[0], -1) for t in tensors.values()], dim=1)
+        return torch.cat([t.reshape(t.shape[0], math.prod(t.shape[1:])) for t in tensors.values()], dim=1)
 
 
 @dataclass
