@@ -143,7 +143,7 @@ def load_dataset(
     if location.kind == "hub":
         root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
     else:
-        root = location.root
+        root = str(Path(location.root).resolve())  # `datasets` reads relative paths against the root again
     manifest, _ = read_root_manifest(root, location.config, datasets.DownloadConfig(token=token))
     wanted = splits or tuple(s for s in SPLIT_NAMES if s in manifest["metadata"])
     unknown = [s for s in wanted if s not in manifest["metadata"]]

@@ -72,3 +72,9 @@ def test_an_empty_split_is_an_empty_dataset(tmp_path: Path) -> None:
     assert everything["test"].num_rows == 0 and everything["test"].features == everything["train"].features
     assert load_dataset(tmp_path, "z", split="test").num_rows == 0
     assert list(load_dataset(tmp_path, "z", split="test", streaming=True)) == []
+
+
+def test_a_relative_root_loads(synthetic_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(synthetic_root.parent)
+    loaded = load_dataset(synthetic_root.name, "syn", split="test", cache_dir=str(tmp_path / "cache"))
+    assert loaded.num_rows == Zoo.open(synthetic_root, "syn").manifest["counts"]["test"]
