@@ -16,8 +16,11 @@ import torch
 
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.canonical import canonicalize_params
 from small_transformer_zoo.files import atomic_write_json
 from small_transformer_zoo.plots import pyplot, save_figure
+from small_transformer_zoo.standardize import WeightStats
+from small_transformer_zoo.weight_space import TransformerWeights
 
 from .baselines import TREE_MODELS, FlatPredictor, fit_tree
 from .metrics import DEFAULT_THRESHOLDS, defined, scores
@@ -41,11 +44,16 @@ class ModelSpec:
     layers: int = 1
 
 
+PREPROCESSING = ("none", "standardize", "canonical", "both")
+
+
 @dataclass
 class BenchData:
     spec: ArchitectureSpec
     splits: dict[str, tuple[torch.Tensor, torch.Tensor]]
     test_ids: list[str]
+    preprocess: str = "none"
+    stats: WeightStats | None = None
 
 
 @dataclass
@@ -71,8 +79,14 @@ def model_specs(models: Sequence[str], ablation: str | None = None) -> list[Mode
     return out
 
 
-def load_bench_data(root: str | os.PathLike[str], config: str) -> BenchData:
-    """Packed weights and test accuracy per split; diverged runs are left out (their accuracy means nothing)."""
+def load_bench_data(root: str | os.PathLike[str], config: str, preprocess: str = "none") -> BenchData:
+    """Packed weights and test accuracy per split; diverged runs are left out (their accuracy means nothing).
+
+    `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
+    training split (pooled as `small_transformer_zoo.standardize` says), "both" does the first, then the second;
+    every model, the NFN and the baselines alike, sees the same preprocessed weights."""
+    if preprocess not in PREPROCESSING:
+        raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")
     zoo = Zoo.open(root, config)
     splits, test_ids = {}, []
     for split in ("train", "validation", "test"):
@@ -84,7 +98,14 @@ def load_bench_data(root: str | os.PathLike[str], config: str) -> BenchData:
         splits[split] = (weights.rows(keep), weights.labels()[torch.from_numpy(keep)])
         if split == "test":
             test_ids = [weights.metadata.column("checkpoint_id")[int(i)].as_py() for i in keep]
-    return BenchData(zoo.spec, splits, test_ids)
+    stats = None
+    if preprocess in ("canonical", "both"):
+        splits = {k: (canonicalize_params(p, zoo.spec), y) for k, (p, y) in splits.items()}
+    if preprocess in ("standardize", "both"):
+        stats = WeightStats.of(TransformerWeights.from_params(splits["train"][0], zoo.spec))
+        splits = {k: (stats.apply(TransformerWeights.from_params(p, zoo.spec)).to_params().to(p.dtype), y)
+                  for k, (p, y) in splits.items()}
+    return BenchData(zoo.spec, splits, test_ids, preprocess, stats)
 
 
 def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int, device: str = "cpu") -> np.ndarray:

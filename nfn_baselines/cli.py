@@ -25,7 +25,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     models = model_specs(args.models, args.ablation)
     seeds = list(range(args.seeds))
-    data = load_bench_data(args.zoo, args.config)
+    data = load_bench_data(args.zoo, args.config, args.preprocess)
     started = time.perf_counter()
     bar = tqdm(total=len(models) * len(seeds), desc="bench", unit="fit", file=sys.stderr)
 
@@ -41,7 +41,8 @@ def _bench(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     paths = write_results(Path(args.out), args.config, summary, result, markdown,
                           {"zoo": str(args.zoo), "config": args.config, "seeds": seeds, "epochs": args.epochs,
-                           "thresholds": list(args.thresholds), "seconds": elapsed})
+                           "thresholds": list(args.thresholds), "preprocess": args.preprocess, "seconds": elapsed,
+                           "weight_stats": data.stats.to_dict() if data.stats else None})
     plot = plot_predictions(result, Path(args.out) / f"{args.config}-predicted-vs-true.png", args.config)
     histogram = plot_accuracy_histogram(Zoo.open(args.zoo, args.config),
                                         Path(args.out) / f"{args.config}-accuracy-histogram.png")
@@ -99,6 +100,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--config", required=True)
     bench.add_argument("--seeds", type=int, default=5)
     bench.add_argument("--epochs", type=int, default=30, help="epochs for the neural models")
+    bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both"), default="none",
+                       help="what every model sees: raw weights, standardised ones (statistics of the training "
+                            "split, stored in the results JSON), canonical forms, or both (default: none)")
     bench.add_argument("--models", nargs="+", default=["transformer_nfn", "mlp", "statnn", "xgboost", "lightgbm",
                                                        "random_forest"])
     bench.add_argument("--ablation", choices=("components", "width-depth"),

@@ -101,3 +101,23 @@ def test_stz_bench_writes_json_markdown_and_plot(learnable_zoo: Path, tmp_path: 
     board = {e["name"]: e["metrics"]["tau"] for e in load_leaderboard(tmp_path / "b.json")}
     assert board.keys() == {"mlp", "lightgbm"}
     assert board["lightgbm"] == pytest.approx(saved["per_seed"]["lightgbm"][0]["tau"])
+
+
+def test_preprocessing_reaches_every_split(learnable_zoo: Path, tmp_path: Path) -> None:
+    from small_transformer_zoo.canonical import canonicalize_params
+
+    raw = load_bench_data(learnable_zoo, "learnable")
+    canonical = load_bench_data(learnable_zoo, "learnable", "canonical")
+    both = load_bench_data(learnable_zoo, "learnable", "both")
+    for split in ("train", "validation", "test"):
+        assert torch.allclose(canonical.splits[split][0], canonicalize_params(raw.splits[split][0], SPEC), atol=1e-6)
+        assert torch.equal(canonical.splits[split][1], raw.splits[split][1])
+    train = TransformerWeights.from_params(both.splits["train"][0].double(), SPEC)
+    assert abs(train.blocks[0].W_A.mean().item()) < 1e-5 and abs(train.blocks[0].W_A.std().item() - 1) < 1e-3
+    assert raw.stats is None and canonical.stats is None and both.stats is not None
+    with pytest.raises(ValueError, match="unknown preprocessing 'whiten'"):
+        load_bench_data(learnable_zoo, "learnable", "whiten")
+    assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "1",
+                 "--models", "statnn", "--preprocess", "standardize", "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "learnable-bench.json").read_text())
+    assert saved["preprocess"] == "standardize" and "blocks.0.W_A" in saved["weight_stats"]["scale"]
