@@ -122,8 +122,9 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             table = table.filter(pa.array(where_mask(table, json.loads(self.config.where))))
             shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
         row_column = table.column("row").to_numpy()
-        # Streaming never sees a whole file, so it checks each row against its digest instead of the file's sha256.
-        check_rows = streaming and self.config.verify != "never" and row_checks_possible(table, metadata)
+        # Each row is checked against its digest as it is read: streaming never sees a whole file, and a prepared
+        # load reads the files again after their sha256 was checked, when they may have been replaced.
+        check_rows = self.config.verify != "never" and row_checks_possible(table, metadata, streaming)
         for shard_index, (url, name) in enumerate(zip(shards, shard_names)):
             positions = np.nonzero(shard_column == name)[0]
             if positions.size == 0:
@@ -154,11 +155,12 @@ def read_row_runs(handle: Any, header: Any, rows: np.ndarray) -> np.ndarray:
     return np.concatenate([read_rows(handle, header, int(run[0]), int(run[-1]) + 1) for run in runs])
 
 
-def row_checks_possible(table: pa.Table, metadata: str) -> bool:
+def row_checks_possible(table: pa.Table, metadata: str, streaming: bool) -> bool:
     """Whether the metadata has per-row digests; a zoo written without them streams unchecked, and says so."""
     if table.column("params_digest").null_count:
-        warnings.warn(f"{metadata}: this zoo was written without per-row digests, so streaming cannot check its "
-                      f"rows; `stz verify` checks every file", stacklevel=2)
+        if streaming:
+            warnings.warn(f"{metadata}: this zoo was written without per-row digests, so streaming cannot check its "
+                          f"rows; `stz verify` checks every file", stacklevel=2)
         return False
     return True
 

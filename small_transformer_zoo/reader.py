@@ -12,17 +12,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from safetensors.numpy import load_file as safetensors_load_file
+from safetensors.numpy import load as safetensors_load
 
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
-from .files import sha256_file
+from .files import sha256_bytes
 from .manifest import MANIFEST_NAME, load_manifest
 from .metadata_checks import load_checked_metadata
 from .selection import normalise_where, where_mask
 from .root_card import list_configs
-from .shards import ShardHeader, memmap_shard, open_header
-from .verification import check_file
+from .shards import ShardHeader, memmap_shard, read_header
+from .verification import check_open_file
 from .weight_space import TransformerWeights
 
 Verify = Literal["once", "always", "never"]
@@ -157,16 +157,22 @@ class Zoo:
         self._check_split(split)
         return [s["path"] for s in self.manifest["shards"] if s["split"] == split]
 
-    def _open_shard(self, relpath: str, verify: Verify) -> ShardHeader:
+    def _open_shard(self, relpath: str, verify: Verify, map_rows: bool = False) -> tuple[ShardHeader,
+                                                                                        torch.Tensor | None]:
+        """A shard's header (and, with `map_rows`, its matrix memory-mapped), all through one open handle: what is
+        checked against the manifest is what is mapped, even if the path is replaced meanwhile."""
         info, path = self._shard_info[relpath], self.dir / relpath
-        if not path.is_file():
-            raise ZooFormatError(path, "weight shard is missing")
-        check_file(path, info["bytes"], info["sha256"], verify)
-        header = open_header(path)
-        if header.rows != info["rows"] or header.n_params != self.spec.n_params:
-            raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
-                                       f"[{info['rows']}, {self.spec.n_params}]")
-        return header
+        try:
+            handle = open(path, "rb")
+        except (FileNotFoundError, IsADirectoryError):
+            raise ZooFormatError(path, "weight shard is missing") from None
+        with handle:
+            check_open_file(handle, path, info["bytes"], info["sha256"], verify)
+            header = read_header(handle, str(path), info["bytes"])
+            if header.rows != info["rows"] or header.n_params != self.spec.n_params:
+                raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
+                                           f"[{info['rows']}, {self.spec.n_params}]")
+            return header, memmap_shard(handle, header) if map_rows else None
 
     def split_weights(self, split: str, verify: Verify = "once") -> SplitWeights:
         """The fast path: the split's shards memory-mapped, rows in metadata order.
@@ -177,8 +183,8 @@ class Zoo:
         table = self.metadata(split)
         tensors, offsets, total = [], {}, 0
         for relpath in self.shard_paths(split):
-            header = self._open_shard(relpath, verify)
-            tensors.append(memmap_shard(self.dir / relpath, header))
+            header, tensor = self._open_shard(relpath, verify, map_rows=True)
+            tensors.append(tensor)
             offsets[relpath] = total
             total += header.rows
         base = np.array([offsets[s] for s in table.column("shard").to_pylist()], dtype=np.int64)
@@ -215,11 +221,13 @@ class Zoo:
         out = {}
         for info in self.manifest.get("extras", []):
             path = self.dir / info["path"]
-            if not path.is_file():
-                raise ZooFormatError(path, "extra file is missing")
-            if sha256_file(path) != info["sha256"]:
+            try:
+                data = path.read_bytes()
+            except (FileNotFoundError, IsADirectoryError):
+                raise ZooFormatError(path, "extra file is missing") from None
+            if sha256_bytes(data) != info["sha256"]:
                 raise ZooFormatError(path, "sha256 differs from the manifest: the file was altered or damaged")
-            out[Path(info["path"]).stem] = safetensors_load_file(str(path))
+            out[Path(info["path"]).stem] = safetensors_load(data)
         return out
 
     def verify(self, progress: Callable[[str], None] | None = None) -> list[str]:

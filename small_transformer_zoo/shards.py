@@ -121,14 +121,16 @@ def open_header(path: str | os.PathLike[str]) -> ShardHeader:
         raise ZooFormatError(path, "weight shard is missing") from None
 
 
-def memmap_shard(path: str | os.PathLike[str], header: ShardHeader) -> torch.Tensor:
-    """The shard's matrix as a memory-mapped torch tensor: no bytes are read until used.
+def memmap_shard(source: str | os.PathLike[str] | BinaryIO, header: ShardHeader) -> torch.Tensor:
+    """The shard's matrix as a memory-mapped torch tensor: no bytes are read until used. `source` is a path or an
+    open file (the mapping then shows that very file, whatever its path points at later).
 
     Copy-on-write mapping: writing to the tensor never touches the file.
     """
     if header.rows == 0:
         return torch.empty(0, header.n_params)
-    array = np.memmap(path, dtype=np.float32, mode="c", offset=header.data_start, shape=(header.rows, header.n_params))
+    array = np.memmap(source, dtype=np.float32, mode="c", offset=header.data_start,
+                      shape=(header.rows, header.n_params))
     return torch.from_numpy(array)
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import ZooFormatError
-from .files import atomic_write_bytes, sha256_file, stz_home
+from .files import atomic_write_bytes, stz_home
 
 
 def _stamp_path(path: Path) -> Path:
@@ -20,42 +21,50 @@ def _stamp_path(path: Path) -> Path:
     return stz_home() / "verified" / key
 
 
-def _fingerprint(path: Path, sha256: str) -> str:
-    st = os.stat(path)
+def _fingerprint(path: Path, st: os.stat_result, sha256: str) -> str:
     return f"{path.resolve()}\n{st.st_size}\n{st.st_mtime_ns}\n{st.st_ctime_ns}\n{st.st_ino}\n{sha256}\n"
 
 
-def is_verified(path: str | os.PathLike[str], sha256: str) -> bool:
-    path = Path(path)
+def _is_stamped(path: Path, st: os.stat_result, sha256: str) -> bool:
     try:
-        return _stamp_path(path).read_text() == _fingerprint(path, sha256)
+        return _stamp_path(path).read_text() == _fingerprint(path, st, sha256)
     except OSError:
         return False
 
 
-def mark_verified(path: str | os.PathLike[str], sha256: str) -> None:
-    path = Path(path)
+def _stamp(path: Path, st: os.stat_result, sha256: str) -> None:
     try:
-        atomic_write_bytes(_stamp_path(path), _fingerprint(path, sha256).encode())
+        atomic_write_bytes(_stamp_path(path), _fingerprint(path, st, sha256).encode())
     except OSError:
         pass  # a read-only home only costs a re-hash next time
 
 
-def check_file(path: str | os.PathLike[str], size: int, sha256: str, mode: str = "once") -> None:
-    """Raise ZooFormatError unless the file has the manifest's size and (per `mode`) sha256.
+def check_open_file(handle: BinaryIO, path: str | os.PathLike[str], size: int, sha256: str,
+                    mode: str = "once") -> None:
+    """Raise ZooFormatError unless the open file has the manifest's size and (per `mode`) sha256.
 
-    "once": hash the first time this machine reads the file and whenever it changes; "always"; "never".
-    """
+    Everything is checked through the open handle, so what was checked is what the caller then reads or maps,
+    even if the path is replaced meanwhile. "once": hash the first time this machine reads this version of the
+    file (same size, mtime, ctime and inode); "always"; "never"."""
     path = Path(path)
-    if not path.is_file():
-        raise ZooFormatError(path, "file is missing")
-    actual = path.stat().st_size
-    if actual != size:
-        raise ZooFormatError(path, f"size is {actual} bytes, the manifest says {size} "
-                                   f"({'truncated' if actual < size else 'extra bytes'})")
-    if mode == "always" or (mode == "once" and not is_verified(path, sha256)):
-        digest = sha256_file(path)
+    st = os.fstat(handle.fileno())
+    if st.st_size != size:
+        raise ZooFormatError(path, f"size is {st.st_size} bytes, the manifest says {size} "
+                                   f"({'truncated' if st.st_size < size else 'extra bytes'})")
+    if mode == "always" or (mode == "once" and not _is_stamped(path, st, sha256)):
+        handle.seek(0)
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
         if digest != sha256:
             raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {sha256}: "
                                        f"the file was altered or damaged")
-        mark_verified(path, digest)
+        _stamp(path, st, digest)
+    handle.seek(0)
+
+
+def check_file(path: str | os.PathLike[str], size: int, sha256: str, mode: str = "once") -> None:
+    """`check_open_file` for a path (the file is opened for the check)."""
+    try:
+        with open(path, "rb") as handle:
+            check_open_file(handle, path, size, sha256, mode)
+    except (FileNotFoundError, IsADirectoryError):
+        raise ZooFormatError(path, "file is missing") from None

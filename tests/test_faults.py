@@ -239,3 +239,56 @@ def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: str, hub:
     assert torch.equal(loaded[:]["params"], _fast_path(synthetic_root))
     assert loaded[:]["test_accuracy"].tolist() == pytest.approx(
         Zoo.open(synthetic_root, "syn").metadata("train").column("test_accuracy").to_pylist())
+
+
+def _read_labelled(root: Path, read: str) -> tuple[torch.Tensor, list[float]]:
+    if read == "fast path":
+        weights = Zoo.open(root, "syn").split_weights("train")
+        return weights.to_tensor(), weights.metadata.column("test_accuracy").to_pylist()
+    loaded = load_dataset(str(root), "syn", split="train", cache_dir=str(root.parent / "datasets-cache"))
+    return loaded.with_format("torch")[:]["params"], loaded["test_accuracy"]
+
+
+@pytest.mark.parametrize("read", ["fast path", "load_dataset"])
+def test_readers_during_overwrites_get_one_version_or_an_error(read: str, tmp_path: Path, stz_home: Path) -> None:
+    """A bounded loop of in-place replacements (two versions of one config) under a concurrent reader: every read
+    returns one version whole, weights and labels together, or fails with the zoo's own error; never a mix."""
+    import threading
+
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    versions = {}
+    for seed in (1, 2):
+        write_synthetic_zoo(tmp_path / f"v{seed}", "syn", runs=8, seed=seed, register=False)
+        zoo = Zoo.open(tmp_path / f"v{seed}", "syn")
+        versions[seed] = (_fast_path(tmp_path / f"v{seed}"),
+                          zoo.metadata("train").column("test_accuracy").to_pylist())
+    root = tmp_path / "live"
+    write_synthetic_zoo(root, "syn", runs=8, seed=1, register=False)
+    done = threading.Event()
+    outcomes: dict[str, int] = {"version 1": 0, "version 2": 0, "clear error": 0}
+    escaped: list[BaseException] = []
+
+    def rewrite() -> None:
+        for i in range(30):
+            write_synthetic_zoo(root, "syn", runs=8, seed=1 + i % 2, register=False, overwrite=True)
+        done.set()
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    while not done.is_set() or sum(outcomes.values()) < 5:
+        try:
+            got = _read_labelled(root, read)
+        except ZooFormatError:
+            outcomes["clear error"] += 1
+            continue
+        except BaseException as exc:  # anything else escaping is a failure of the rule
+            escaped.append(exc)
+            break
+        match = [seed for seed, (params, labels) in versions.items()
+                 if torch.equal(got[0], params) and got[1] == pytest.approx(labels, rel=1e-6)]
+        assert match, "a read returned a mix of two versions, or neither"
+        outcomes[f"version {match[0]}"] += 1
+    writer.join()
+    assert not escaped, f"an unclear error escaped: {escaped[0]!r}"
+    assert outcomes["version 1"] + outcomes["version 2"] > 0, outcomes
