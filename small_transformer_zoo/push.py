@@ -40,6 +40,7 @@ def push_zoo(root: str | os.PathLike[str], repo_id: str, *, token: Any = None, p
                                  ignore_patterns=IGNORE,
                                  commit_message=commit_message or f"Upload zoo configs {', '.join(configs)}")
     except (HTTPError, OSError) as exc:  # no network, refused, or the Hub said no: the local zoo is untouched
-        raise ZooFormatError(None, f"push to dataset {repo_id} failed ({type(exc).__name__}: {exc}); the local zoo "
-                                   f"is unchanged, run the push again") from None
+        cause = " ".join(str(exc).split())
+        raise ZooFormatError(None, f"push to dataset {repo_id} failed ({type(exc).__name__}: {cause}); the local "
+                                   f"zoo is unchanged, run the push again") from None
     return info.oid
