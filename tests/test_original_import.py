@@ -163,7 +163,7 @@ def test_rows_that_disagree_with_their_file_name_are_refused(tmp_path: Path, stz
     name = next(iter(release.weights))
     accuracy = release.accuracies[name]
     release.csv_path.write_text(text.replace(f"{name},{accuracy}", f"{name},{accuracy / 2}", 1))
-    with pytest.raises(ZooFormatError, match=rf"mnist.csv:2: column 'test_top1_accuracy'.*disagrees"):
+    with pytest.raises(ZooFormatError, match=r"mnist.csv:2: column 'test_top1_accuracy'.*disagrees"):
         import_original(tmp_path / "unpacked", tmp_path / "out", "c")
     release.csv_path.write_text(text.replace(",1,mnist/", ",50,mnist/", 1))
     with pytest.raises(ZooFormatError, match=r"mnist.csv:2: ckpt_epoch '50' disagrees with its file"):
