@@ -1,4 +1,4 @@
-"""Transformer-NFN speed and equivariance error (issue: Transformer-NFN).
+"""Transformer-NFN speed (fast layers against the per-term reference) and equivariance error.
 
     python benchmarks/bench_nfn.py
 

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-HASH_CHUNK = 8 << 20
 CREATE_MODE = 0o666  # what open() asks for; the process umask takes its share (0644 under the usual 022)
 
 
@@ -60,14 +59,6 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class LockedError(FileExistsError):
