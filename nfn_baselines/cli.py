@@ -71,12 +71,46 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _leaderboard(args: argparse.Namespace) -> int:
-    if not Path(args.results).is_file():
-        raise SubmissionError(f"{args.results}: no such results file (`stz score ... --leaderboard FILE` makes one)")
-    text = render_leaderboard(load_leaderboard(args.results))
+    if args.hub:
+        from .hub_leaderboard import hub_results
+
+        entries, source = hub_results(args.hub, args.revision), f"dataset {args.hub}"
+    else:
+        if not Path(args.results).is_file():
+            raise SubmissionError(f"{args.results}: no such results file (`stz score ... --leaderboard FILE` makes "
+                                  f"one)")
+        entries, source = load_leaderboard(args.results), args.results
+    text = render_leaderboard(entries)
     if args.markdown:
         Path(args.markdown).write_text(text)
-    print(text or f"{args.results}: no results yet")
+    print(text or f"{source}: no results yet")
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from .hub_leaderboard import submit
+
+    done = submit(args.submission, args.leaderboard, args.zoo, args.config, args.split, args.name,
+                  tuple(args.thresholds))
+    local = ("labels withheld in this zoo: the maintainers score it" if done.metrics is None
+             else f"tau {done.metrics['tau']:.4f} against the labels of {args.zoo}")
+    print(f"opened pull request #{done.pr_num} on {args.leaderboard}: {done.pr_url} ({local})")
+    return 0
+
+
+def _review(args: argparse.Namespace) -> int:
+    from .hub_leaderboard import open_pull_requests, review
+
+    numbers = args.pr or open_pull_requests(args.leaderboard)
+    if not numbers:
+        print(f"{args.leaderboard}: no open pull requests")
+    for num in numbers:
+        done = review(args.leaderboard, num, args.zoo, merge=args.merge, thresholds=tuple(args.thresholds))
+        claimed = done.claim["metrics"]
+        seen = "no local scores (labels withheld)" if claimed is None else f"claimed tau {claimed['tau']:.4f}"
+        print(f"#{num} {done.claim['name']} ({done.claim['config']}/{done.claim['split']}): tau "
+              f"{done.metrics['tau']:.4f} against the held-out labels, {seen}"
+              f"{'; added to results.json and merged' if done.merged else ''}")
     return 0
 
 
@@ -92,9 +126,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--name", help="name on the leaderboard (default: the file name)")
     score.set_defaults(func=_score)
     board = sub.add_parser("leaderboard", help="render a leaderboard results file as ranked Markdown tables")
-    board.add_argument("results", nargs="?", default="leaderboard.json")
+    board.add_argument("results", nargs="?", default="leaderboard.json",
+                       help="local results file (default: leaderboard.json)")
+    board.add_argument("--hub", metavar="REPO", help="read the results of this Hub leaderboard repo instead")
+    board.add_argument("--revision", help="with --hub: branch or commit (default: main)")
     board.add_argument("--markdown", help="also write the tables to this file")
     board.set_defaults(func=_leaderboard)
+    submit = sub.add_parser("submit", help="check and score a submission locally, then open a pull request on a "
+                                           "Hub leaderboard repo")
+    submit.add_argument("submission", help="file with columns checkpoint_id, predicted_accuracy (CSV or Parquet)")
+    submit.add_argument("--leaderboard", required=True, metavar="REPO", help="the leaderboard's Hub dataset repo")
+    submit.add_argument("--zoo", required=True, help="the zoo root (the public copy will do)")
+    submit.add_argument("--config", required=True, help="zoo config the predictions are for")
+    submit.add_argument("--split", default="test", help="split the predictions are for (default: test)")
+    submit.add_argument("--name", required=True, help="name on the leaderboard (letters, digits, ' ._-')")
+    submit.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS),
+                        help="accuracy thresholds of the local scores (default: 0.2 0.4 0.6 0.8)")
+    submit.set_defaults(func=_submit)
+    rev = sub.add_parser("review", help="maintainers: re-score a leaderboard's pull requests against the full zoo "
+                                        "and merge them")
+    rev.add_argument("leaderboard", metavar="REPO", help="the leaderboard's Hub dataset repo")
+    rev.add_argument("--zoo", required=True, help="the full zoo root, with the held-out labels")
+    rev.add_argument("--pr", type=int, nargs="+", help="pull request numbers (default: every open one)")
+    rev.add_argument("--merge", action="store_true", help="add the scores to results.json and merge (default: "
+                                                          "print the scores only)")
+    rev.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS),
+                     help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+    rev.set_defaults(func=_review)
     bench = sub.add_parser("bench", help="train Transformer-NFN and the baselines on a zoo, print Kendall's tau")
     bench.add_argument("--zoo", required=True, help="zoo root")
     bench.add_argument("--config", required=True)

@@ -25,7 +25,7 @@ import numpy as np
 
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.errors import DataError
-from small_transformer_zoo.files import atomic_write_json
+from small_transformer_zoo.files import atomic_write_bytes
 
 from .metrics import DEFAULT_THRESHOLDS, defined, scores
 from .parquet_child import read_columns
@@ -165,23 +165,34 @@ def _number(cell: Any) -> float | None:
     return None
 
 
+def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str) -> tuple[list[str], np.ndarray,
+                                                                                np.ndarray | None]:
+    """A submission's ids and predictions, checked against a zoo split (every id once, no unknown id), with the
+    true accuracies in the same order, or None where this copy of the zoo withholds them."""
+    ids, predicted = read_submission(path)
+    meta = zoo.metadata(split).take(zoo.select(split))
+    known = set(meta.column("checkpoint_id").to_pylist())
+    given = set(ids)
+    unknown = [cid for cid in ids if cid not in known]
+    missing = [cid for cid in meta.column("checkpoint_id").to_pylist() if cid not in given]
+    if unknown:
+        raise SubmissionError(f"{path}: ids that are not checkpoints of {zoo.config}/{split}: {_few(unknown)}")
+    if missing:
+        raise SubmissionError(f"{path}: {zoo.config}/{split} checkpoints with no prediction: {_few(missing)}")
+    if "test_accuracy" in zoo.withheld(split):
+        return ids, predicted, None
+    truth = dict(zip(meta.column("checkpoint_id").to_pylist(), meta.column("test_accuracy").to_pylist()))
+    return ids, predicted, np.asarray([truth[cid] for cid in ids], dtype=float)
+
+
 def score_submission(path: str | os.PathLike[str], zoo_root: str | os.PathLike[str], config: str,
                      split: str = "test", thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> dict[str, Any]:
-    """Validate a submission against a zoo split (every id once, no unknown id) and score it."""
-    ids, predicted = read_submission(path)
+    """Validate a submission against a zoo split and score it; the zoo must hold the split's labels."""
     zoo = Zoo.open(zoo_root, config)
-    meta = zoo.metadata(split)
-    keep = zoo.select(split)
-    truth = dict(zip(meta.column("checkpoint_id").take(keep).to_pylist(),
-                     meta.column("test_accuracy").take(keep).to_pylist()))
-    given = set(ids)
-    unknown = [cid for cid in ids if cid not in truth]
-    missing = [cid for cid in truth if cid not in given]
-    if unknown:
-        raise SubmissionError(f"{path}: ids that are not checkpoints of {config}/{split}: {_few(unknown)}")
-    if missing:
-        raise SubmissionError(f"{path}: {config}/{split} checkpoints with no prediction: {_few(missing)}")
-    true = np.asarray([truth[cid] for cid in ids], dtype=float)
+    _, predicted, true = check_submission(path, zoo, split)
+    if true is None:
+        raise SubmissionError(f"{zoo.dir}: the labels of {config}/{split} are withheld in this copy of the zoo; "
+                              f"the leaderboard's maintainers score it against their full copy")
     return scores(predicted, true, thresholds)
 
 
@@ -200,22 +211,42 @@ def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, spli
                metrics: dict[str, Any], source: str) -> None:
     """Append (or replace, by name, config and split) one entry of the results file."""
     path = Path(leaderboard)
-    entries = load_leaderboard(path)
-    entries = [e for e in entries if (e["name"], e["config"], e["split"]) != (name, config, split)]
-    entries.append({"name": name, "config": config, "split": split, "metrics": defined(metrics), "source": source,
-                    "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    atomic_write_json(path, {"format": "stz-leaderboard", "version": 1, "entries": entries})
+    atomic_write_bytes(path, results_bytes(with_result(load_leaderboard(path), name, config, split, metrics,
+                                                       source)))
+
+
+def with_result(entries: list[dict[str, Any]], name: str, config: str, split: str, metrics: dict[str, Any],
+                source: str) -> list[dict[str, Any]]:
+    """The entries with one added, replacing any of the same name, config and split."""
+    kept = [e for e in entries if (e["name"], e["config"], e["split"]) != (name, config, split)]
+    return kept + [{"name": name, "config": config, "split": split, "metrics": defined(metrics), "source": source,
+                    "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}]
+
+
+def results_bytes(entries: list[dict[str, Any]]) -> bytes:
+    """A results file's bytes: strict JSON (no NaN or infinity tokens)."""
+    document = {"format": "stz-leaderboard", "version": 1, "entries": entries}
+    return (json.dumps(document, indent=2, allow_nan=False) + "\n").encode()
 
 
 def load_leaderboard(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
+    return parse_leaderboard(path.read_bytes(), str(path))
+
+
+def parse_leaderboard(raw: bytes, where: str) -> list[dict[str, Any]]:
+    """The entries of a results file; anything else is a SubmissionError naming `where`."""
     try:
-        data = json.loads(path.read_text())
-        return list(data["entries"])
+        data = json.loads(raw)
+        entries = list(data["entries"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise SubmissionError(f"{path}: not a leaderboard results file ({exc})") from None
+        raise SubmissionError(f"{where}: not a leaderboard results file ({exc})") from None
+    keys = ("name", "config", "split", "metrics")
+    if not all(isinstance(e, dict) and all(k in e for k in keys) and isinstance(e["metrics"], dict) for e in entries):
+        raise SubmissionError(f"{where}: not a leaderboard results file (an entry lacks one of {list(keys)})")
+    return entries
 
 
 def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -103,6 +104,15 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_public_copy(args: argparse.Namespace) -> int:
+    from .public_copy import write_public_copy
+
+    configs = write_public_copy(args.root, args.out, args.withhold)
+    print(f"wrote {args.out}: configs {configs}, every metric column withheld in splits {args.withhold}; push it "
+          f"with `stz push {args.out} REPO` and keep {args.root} to score submissions")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
                                                              "benchmark zoos of trained transformers.")
@@ -132,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--revision", help="branch to push to (default: main)")
     push.set_defaults(func=cmd_push)
 
+    public = sub.add_parser("public-copy", help="copy a zoo root with the labels of held-out splits withheld, to "
+                                                "publish a leaderboard's zoo")
+    public.add_argument("root", help="the full zoo root (kept private, for scoring)")
+    public.add_argument("--out", required=True, help="new folder for the public copy")
+    public.add_argument("--withhold", nargs="+", default=["test"], metavar="SPLIT",
+                        help="splits whose accuracies and losses are withheld (default: test)")
+    public.set_defaults(func=cmd_public_copy)
+
     imp = sub.add_parser("import-original", help="convert the authors' released zoo (folder, zip or Hub zip)")
     imp.add_argument("source", help="the unpacked release folder (with or without its top folder), the release "
                                     ".zip, or hf://datasets/<owner>/<name>/<file>.zip")
@@ -152,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit codes: 0 done, 1 a problem in the data, files or network, 2 a bad argument (argparse's code too)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings would break the one-line rule
     if args.command is None:
         parser.print_help()
         return 0

@@ -21,3 +21,7 @@ class ZooFormatError(DataError):
     def __reduce__(self) -> tuple[type, tuple[str | None, str]]:
         """Pickled with its two arguments, so it crosses from a worker process intact."""
         return type(self), (self.path, self.problem)
+
+
+class LabelsWithheldError(ZooFormatError):
+    """The zoo is a leaderboard's public copy: the metric columns asked for are withheld in this split."""

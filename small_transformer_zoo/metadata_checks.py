@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ZooFormatError
-from .metadata import conform_metadata
+from .metadata import METRICS, conform_metadata
 from .splits import assign_split
 
 ACCURACIES = ("train_accuracy", "validation_accuracy", "test_accuracy")
@@ -40,12 +40,23 @@ def load_checked_metadata(raw: bytes, info: dict[str, Any], split: str, split_ru
     table = conform_metadata(table, where)
     if table.num_rows != info["rows"]:
         raise ZooFormatError(where, f"has {table.num_rows} rows, the manifest says {info['rows']}")
-    check_metadata_values(table, split, split_rule, where)
+    check_metadata_values(table, split, split_rule, where, withheld_columns(info, where))
     return table
 
 
-def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any], where: str) -> None:
-    """Raise ZooFormatError naming the first offending checkpoint of any broken rule."""
+def withheld_columns(info: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The metric columns a public copy of a leaderboard zoo holds back in this split (docs/design.md section 10)."""
+    withheld = info.get("withheld", [])
+    if not isinstance(withheld, list) or not set(withheld) <= set(METRICS) or len(set(withheld)) != len(withheld):
+        raise ZooFormatError(where, f"the manifest's 'withheld' is {withheld!r}, not a list of metric columns "
+                                    f"{list(METRICS)}")
+    return tuple(withheld)
+
+
+def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any], where: str,
+                          withheld: tuple[str, ...] = ()) -> None:
+    """Raise ZooFormatError naming the first offending checkpoint of any broken rule; withheld columns must be
+    null in every row."""
     ids = table.column("checkpoint_id")
     if pc.count_distinct(ids).as_py() != table.num_rows:
         counts = pc.value_counts(ids)
@@ -62,8 +73,11 @@ def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any
             if assign_split(run, fractions, salt) != split:
                 raise ZooFormatError(where, f"run {run!r} belongs to split {assign_split(run, fractions, salt)!r} by "
                                             f"the zoo's split rule, not {split!r}")
+    for column in withheld:
+        if table.column(column).null_count != table.num_rows:
+            raise ZooFormatError(where, f"column {column!r} is withheld in split {split!r} but holds values")
     kept = ~table.column("diverged").to_numpy(zero_copy_only=False)
-    for column in ACCURACIES + LOSSES:
+    for column in (c for c in ACCURACIES + LOSSES if c not in withheld):
         data = table.column(column)
         values = data.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
         present = ~pc.is_null(data).to_numpy(zero_copy_only=False) if column != "test_accuracy" else kept

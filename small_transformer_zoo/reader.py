@@ -15,10 +15,10 @@ import torch
 from safetensors.numpy import load as safetensors_load
 
 from .architecture import ArchitectureSpec
-from .errors import ZooFormatError
+from .errors import LabelsWithheldError, ZooFormatError
 from .files import sha256_bytes
 from .manifest import MANIFEST_NAME, load_manifest
-from .metadata_checks import load_checked_metadata
+from .metadata_checks import load_checked_metadata, withheld_columns
 from .selection import normalise_where, where_mask
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, read_header
@@ -36,6 +36,8 @@ class SplitWeights:
     shards: list[torch.Tensor]
     metadata: pa.Table
     global_rows: np.ndarray
+    withheld: tuple[str, ...] = ()
+    where: str = ""
 
     def __len__(self) -> int:
         return self.metadata.num_rows
@@ -68,15 +70,19 @@ class SplitWeights:
         return self.rows(np.arange(len(self)))
 
     def labels(self, column: str = "test_accuracy") -> torch.Tensor:
+        if column in self.withheld:
+            raise LabelsWithheldError(self.where, f"column {column!r} is withheld in this public copy of the zoo; "
+                                                  f"its values are with the leaderboard's maintainers")
         return torch.from_numpy(self.metadata.column(column).to_numpy(zero_copy_only=False).astype(np.float32))
 
 
 class WeightSpaceDataset(torch.utils.data.Dataset):
     """A map-style torch dataset over a split's memory-mapped rows; pair with `WeightSpaceCollator`."""
 
-    def __init__(self, weights: SplitWeights, label: str = "test_accuracy") -> None:
+    def __init__(self, weights: SplitWeights, label: str | None = "test_accuracy") -> None:
+        """`label=None`: items without a label (a leaderboard's test split, whose labels are withheld)."""
         self.weights, self.label = weights, label
-        self._labels = weights.labels(label)
+        self._labels = None if label is None else weights.labels(label)
         self._ids = weights.metadata.column("checkpoint_id").to_pylist()
         self._bounds = np.cumsum([0] + [s.shape[0] for s in weights.shards])
 
@@ -86,8 +92,10 @@ class WeightSpaceDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         row = int(self.weights.global_rows[index])
         shard = int(np.searchsorted(self._bounds, row, side="right") - 1)
-        return {"params": self.weights.shards[shard][row - self._bounds[shard]],
-                self.label: self._labels[index], "checkpoint_id": self._ids[index]}
+        item = {"params": self.weights.shards[shard][row - self._bounds[shard]], "checkpoint_id": self._ids[index]}
+        if self._labels is not None:
+            item[self.label] = self._labels[index]
+        return item
 
 
 class Zoo:
@@ -118,6 +126,11 @@ class Zoo:
     @property
     def splits(self) -> list[str]:
         return list(self.manifest["metadata"])
+
+    def withheld(self, split: str) -> tuple[str, ...]:
+        """Metric columns this copy of the zoo holds back in `split` (a leaderboard's public zoo), else ()."""
+        self._check_split(split)
+        return withheld_columns(self.manifest["metadata"][split], str(self.dir / MANIFEST_NAME))
 
     def _check_split(self, split: str) -> None:
         if split not in self.manifest["metadata"]:
@@ -188,7 +201,8 @@ class Zoo:
             offsets[relpath] = total
             total += header.rows
         base = np.array([offsets[s] for s in table.column("shard").to_pylist()], dtype=np.int64)
-        return SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy())
+        return SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy(), self.withheld(split),
+                            f"{self.dir}/{split}")
 
     def select(self, split: str, *, min_accuracy: float | None = None, max_accuracy: float | None = None,
                epochs: Iterable[int] | None = None, best_only: bool = False, include_diverged: bool = False,
@@ -196,7 +210,13 @@ class Zoo:
         """Indices of the split's metadata rows that pass the filters: test accuracy range, epochs, best, and
         `where` on any metadata column (`small_transformer_zoo.selection`)."""
         table = self.metadata(split)
-        mask = pa.array(where_mask(table, normalise_where(where)))
+        conditions = normalise_where(where)
+        by_accuracy = ["test_accuracy"] if min_accuracy is not None or max_accuracy is not None else []
+        hidden = sorted(set(self.withheld(split)) & set(list(conditions) + by_accuracy))
+        if hidden:
+            raise LabelsWithheldError(self.dir, f"columns {hidden} are withheld in split {split!r} of this public "
+                                                f"copy; it cannot select by them")
+        mask = pa.array(where_mask(table, conditions))
         accuracy = table.column("test_accuracy")
         if min_accuracy is not None:
             mask = pc.and_(mask, pc.fill_null(pc.greater_equal(accuracy, min_accuracy), False))

@@ -51,8 +51,11 @@ def config_table(root: Path, configs: list[str]) -> str:
 
     lines = ["| config | task | parameters | runs | checkpoints | train / validation / test | diverged | "
              "test accuracy min / median / max |", "|---|---|---|---|---|---|---|---|"]
+    withheld = []
     for config in configs:
-        summary = Zoo.open(root, config).summary()
+        zoo = Zoo.open(root, config)
+        withheld += [f"`{config}` {split}" for split in zoo.splits if zoo.withheld(split)]
+        summary = zoo.summary()
         splits = summary["splits"]
         accuracy = [v for s in splits.values() for v in (s["test_accuracy"]["min"], s["test_accuracy"]["max"])
                     if v is not None]
@@ -64,6 +67,9 @@ def config_table(root: Path, configs: list[str]) -> str:
                      f"{summary['checkpoints']:,} | "
                      + " / ".join(f"{splits[s]['checkpoints']:,}" for s in SPLIT_NAMES if s in splits)
                      + f" | {sum(s['diverged'] for s in splits.values()):,} | {stats} |")
+    if withheld:
+        lines += ["", f"Labels withheld (this is a leaderboard's public copy): the accuracies and losses of "
+                      f"{', '.join(withheld)} are null; submissions are scored by the leaderboard's maintainers."]
     return "\n".join(lines)
 
 

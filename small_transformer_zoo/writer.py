@@ -142,7 +142,7 @@ class ZooWriter:
         metadata_files = {}
         for split in SPLIT_NAMES:
             relpath = f"metadata/{split}.parquet"
-            sink = _parquet_bytes(build_table(self._rows[split]))
+            sink = parquet_bytes(build_table(self._rows[split]))
             atomic_write_bytes(self._staging / relpath, sink)
             metadata_files[split] = {"path": relpath, "rows": len(self._rows[split]), "bytes": len(sink),
                                      "sha256": sha256_bytes(sink)}
@@ -184,7 +184,8 @@ class ZooWriter:
         return manifest
 
 
-def _parquet_bytes(table: Any) -> bytes:
+def parquet_bytes(table: Any) -> bytes:
+    """A metadata table as the zstd-compressed Parquet bytes every zoo writer stores."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()

@@ -4,7 +4,8 @@ It speaks the part of the Hub's file API that `huggingface_hub` 2.x and `dataset
 repo (docs/design.md section 6): resolve (HEAD/GET with Range), repo info, tree listing and paths-info; and, for
 `upload_folder`, repo creation, preupload, the LFS batch / upload / verify calls and the NDJSON commit. Every
 revision of a repo is a snapshot folder with a fixed 40-hex commit sha; LFS objects already stored are not asked
-for again. Requests are logged so tests can check what was fetched or uploaded.
+for again. Pull requests: a commit with `create_pr` opens branch `refs/pr/<n>`; the discussions list, details and
+merge calls are answered. Requests are logged so tests can check what was fetched or uploaded.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class HubServer:
         self.storage = Path(tempfile.mkdtemp(prefix="stz-hub-"))
         self.lfs: dict[str, Path] = {}
         self.fail_next_commit = False
+        self.discussions: dict[str, list[dict[str, Any]]] = {}  # repo id -> pull requests, number i at index i-1
         self.corrupt_once: set[str] = set()  # "repo/path": the next GET of it has one byte flipped (a bad transfer)
         self._snapshots = 0
         self._lock = threading.Lock()
@@ -102,10 +104,12 @@ class HubServer:
         self._server.server_close()
         shutil.rmtree(self.storage, ignore_errors=True)
 
-    def commit(self, repo_id: str, revision: str, operations: list[dict[str, Any]]) -> str:
-        """Apply an upload commit: a new snapshot folder from the revision's files plus the operations."""
+    def commit(self, repo_id: str, revision: str, operations: list[dict[str, Any]], base_revision: str | None = None
+               ) -> str:
+        """Apply an upload commit: a new snapshot folder from the revision's files (or `base_revision`'s, for a new
+        pull request branch) plus the operations."""
         repo = self.repos.setdefault(repo_id, Repo())
-        base = repo.resolve(revision)
+        base = repo.resolve(base_revision or revision)
         self._snapshots += 1
         folder = self.storage / "snapshots" / str(self._snapshots)
         if base is not None:
@@ -124,6 +128,36 @@ class HubServer:
             elif op["key"] == "deletedFolder":
                 shutil.rmtree(target, ignore_errors=True)
         return self.add_dataset(repo_id, folder, revision)
+
+    def open_pull_request(self, repo_id: str, revision: str, operations: list[dict[str, Any]], title: str) -> int:
+        """A commit with `create_pr`: branch `refs/pr/<n>` from `revision` with the operations applied."""
+        pulls = self.discussions.setdefault(repo_id, [])
+        num = len(pulls) + 1
+        base = self.repos[repo_id].resolve(revision)
+        self.commit(repo_id, f"refs/pr/{num}", operations, base_revision=revision)
+        pulls.append({"num": num, "title": title, "status": "open", "base": base.folder, "events": []})
+        return num
+
+    def pull_request_changes(self, repo_id: str, num: int) -> dict[str, bytes | None]:
+        """What pull request `num` changed against the snapshot it was opened from: path -> new bytes (None:
+        deleted)."""
+        head = self.repos[repo_id].resolve(f"refs/pr/{num}").folder
+        base = self.discussions[repo_id][num - 1]["base"]
+        changes: dict[str, bytes | None] = {}
+        for name in sorted(set(_files(head)) | set(_files(base))):
+            if not (head / name).is_file():
+                changes[name] = None
+            elif not (base / name).is_file() or (head / name).read_bytes() != (base / name).read_bytes():
+                changes[name] = (head / name).read_bytes()
+        return changes
+
+    def merge_pull_request(self, repo_id: str, num: int) -> None:
+        """Apply what the pull request changed onto the current main, as the Hub's merge does."""
+        operations = [{"key": "deletedFile", "path": name} if data is None else
+                      {"key": "file", "path": name, "content": base64.b64encode(data).decode()}
+                      for name, data in self.pull_request_changes(repo_id, num).items()]
+        self.commit(repo_id, "main", operations)
+        self.discussions[repo_id][num - 1]["status"] = "merged"
 
     def log(self, method: str, path: str, range_header: str | None) -> None:
         with self._lock:
@@ -237,6 +271,9 @@ class HubServer:
                         self._json({"id": repo_id, "sha": revision.sha, "private": False, "disabled": False,
                                     "gated": False, "siblings": [{"rfilename": n} for n in _files(revision.folder)]})
                     return
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)/discussions(?:/(\d+))?$", url.path)
+                if match:
+                    return self._discussions(match.group(1), match.group(2), query)
                 match = re.match(r"^/api/datasets/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$", url.path)
                 if match:
                     repo_id, rev, sub = match.group(1), unquote(match.group(2)), unquote(match.group(3) or "")
@@ -252,6 +289,30 @@ class HubServer:
                     names = [p.relative_to(revision.folder).as_posix() for p in children]
                     return self._json([self._entry(revision, n, expand) for n in names])
                 self._error(404, "EntryNotFound", f"no route for GET {url.path}")
+
+            def _discussion(self, repo_id: str, pull: dict[str, Any]) -> dict[str, Any]:
+                return {"num": pull["num"], "title": pull["title"], "status": pull["status"],
+                        "author": {"name": "participant"}, "createdAt": "2026-01-01T00:00:00Z",
+                        "repo": {"name": repo_id, "type": "dataset"}, "isPullRequest": True,
+                        "events": pull["events"], "changes": {"base": "refs/heads/main"}, "filesWithConflicts": [],
+                        "diff": "".join(f"diff --git a/{name} b/{name}\n{'deleted' if data is None else 'new'} file "
+                                        f"mode 100644\n" for name, data in
+                                        server.pull_request_changes(repo_id, pull["num"]).items())}
+
+            def _discussions(self, repo_id: str, num: str | None, query: dict[str, list[str]]) -> None:
+                """List a repo's pull requests (filtered by status) or show one."""
+                if repo_id not in server.repos:
+                    return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+                pulls = server.discussions.get(repo_id, [])
+                if num is not None:
+                    if not 1 <= int(num) <= len(pulls):
+                        return self._error(404, "EntryNotFound", f"discussion {num} not found")
+                    return self._json(self._discussion(repo_id, pulls[int(num) - 1]))
+                status = query.get("status", ["all"])[0]
+                shown = [self._discussion(repo_id, p) for p in pulls if status in ("all", p["status"])]
+                start = int(query.get("p", ["0"])[0]) * 50
+                self._json({"discussions": shown[start:start + 50], "count": len(shown), "start": start,
+                            "numClosedDiscussions": 0})
 
             def _body(self) -> bytes:
                 """The request body, plain or with chunked transfer encoding."""
@@ -345,9 +406,31 @@ class HubServer:
                     if missing:
                         self._error(400, "BadRequest", f"LFS objects not uploaded: {missing[:3]}")
                         return True
-                    sha = server.commit(match.group(1), unquote(match.group(2)), operations)
-                    self._json({"commitUrl": f"{server.endpoint}/datasets/{match.group(1)}/commit/{sha}",
-                                "commitOid": sha, "pullRequestUrl": None})
+                    repo_id, revision = match.group(1), unquote(match.group(2))
+                    if repo_id not in server.repos:
+                        self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+                        return True
+                    pr_url = None
+                    if parse_qs(url.query).get("create_pr", ["0"])[0] in ("1", "true"):
+                        title = next(line["value"] for line in lines if line["key"] == "header").get("summary", "")
+                        num = server.open_pull_request(repo_id, revision, operations, title)
+                        revision, pr_url = f"refs/pr/{num}", f"{server.endpoint}/datasets/{repo_id}/discussions/{num}"
+                        sha = server.repos[repo_id].resolve(revision).sha
+                    else:
+                        sha = server.commit(repo_id, revision, operations)
+                    self._json({"commitUrl": f"{server.endpoint}/datasets/{repo_id}/commit/{sha}",
+                                "commitOid": sha, "pullRequestUrl": pr_url})
+                    return True
+                match = re.match(r"^/api/datasets/([^/]+/[^/]+)/discussions/(\d+)/merge$", url.path)
+                if match:
+                    repo_id, num = match.group(1), int(match.group(2))
+                    pulls = server.discussions.get(repo_id, [])
+                    if not 1 <= num <= len(pulls) or pulls[num - 1]["status"] != "open":
+                        self._error(400, "BadRequest", f"pull request {num} is not open")
+                        return True
+                    server.merge_pull_request(repo_id, num)
+                    self._json({"id": f"merge-{num}", "type": "status-change", "createdAt": "2026-01-01T00:00:00Z",
+                                "author": {"name": "maintainer"}, "data": {"status": "merged"}})
                     return True
                 return False
 

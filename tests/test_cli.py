@@ -59,6 +59,13 @@ def _bad_calls(tmp_path: Path, zoo: Path) -> list[tuple[list[str], int]]:
         (["bench", "--zoo", str(zoo), "--config", "syn", "--models", "oracle"], 2),
         (["score", missing, "--zoo", str(zoo), "--config", "syn"], 1),
         (["leaderboard", str(tmp_path / "missing.json")], 1),
+        (["leaderboard", "--hub", "board/missing"], 1),
+        (["submit", missing, "--leaderboard", "board/missing", "--zoo", str(zoo), "--config", "syn", "--name", "a"],
+         1),
+        (["submit", missing, "--zoo", str(zoo), "--config", "syn", "--name", "a"], 2),
+        (["review", "board/missing", "--zoo", str(zoo)], 1),
+        (["public-copy", missing, "--out", out], 1),
+        (["public-copy", str(zoo), "--out", out, "--withhold", "holdout"], 1),
         (["quickstart", "--preset", "huge"], 2),
         (["quickstart", "--out", out, "--device", "tpu"], 2),
         (["nonsense"], 2),
@@ -79,9 +86,15 @@ def test_every_subcommand_fails_cleanly_on_bad_input(tmp_path: Path, synthetic_r
         assert err.strip().splitlines()[-1].startswith(("stz ", "usage:")) or "error:" in err
 
 
-def test_push_without_a_network_is_one_line(synthetic_root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("argv,message", [
+    (["push", "{zoo}", "org/zoo"], "push to dataset org/zoo failed"),
+    (["leaderboard", "--hub", "org/board"], "reading results.json of dataset org/board failed"),
+    (["review", "org/board", "--zoo", "{zoo}"], "listing pull requests of dataset org/board failed"),
+])
+def test_hub_commands_without_a_network_are_one_line(synthetic_root: Path, argv: list[str], message: str) -> None:
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "x"}
-    done = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", "push", str(synthetic_root), "org/zoo"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    argv = [a.replace("{zoo}", str(synthetic_root)) for a in argv]
+    done = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1 and "push to dataset org/zoo failed" in done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr

@@ -1,0 +1,182 @@
+"""A leaderboard that lives on the Hub (docs/design.md section 10).
+
+A leaderboard is a Hub dataset repo holding `results.json` (the format of `leaderboard.py`) and the accepted
+submissions under `submissions/<config>/<split>/`. A participant's `stz submit` checks a submission against the
+public zoo (every id once, scores where the zoo holds the labels) and opens a pull request that adds the file and
+a claim (`<name>.json`: who, which zoo split, the file's sha256, the scores seen locally). A maintainer's
+`stz review` re-scores the pull request's file against the full zoo, the one with the held-out labels, and only
+then adds the entry to `results.json` in the pull request and merges it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.errors import DataError
+from small_transformer_zoo.manifest import package_version
+
+from .leaderboard import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
+                          with_result)
+from .metrics import DEFAULT_THRESHOLDS, defined, scores
+
+RESULTS = "results.json"
+SUBMISSIONS = "submissions"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ -]{0,63}")
+DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+CLAIM_KEYS = ("format", "name", "config", "split", "file", "sha256", "metrics")
+
+
+@dataclass
+class Submitted:
+    """An opened pull request: its number and address, and the scores seen locally (None: labels withheld)."""
+
+    pr_num: int
+    pr_url: str
+    metrics: dict[str, Any] | None
+
+
+@dataclass
+class Review:
+    """A maintainer's re-scoring of one pull request."""
+
+    pr_num: int
+    claim: dict[str, Any]
+    metrics: dict[str, Any]
+    merged: bool
+
+
+def _hub_call(what: str, call: Any, *args: Any, passthrough: type[Exception] | tuple[()] = (),
+              **kwargs: Any) -> Any:
+    """Run a Hub call; a network failure or an error answer becomes one DataError naming `what` (except the
+    `passthrough` errors, which the caller handles)."""
+    from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
+
+    try:
+        return call(*args, **kwargs)
+    except passthrough:
+        raise
+    except (HTTPError, OSError) as exc:
+        raise DataError(f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+
+
+def submission_path(config: str, split: str, name: str, suffix: str) -> str:
+    """Where an accepted submission lives in the leaderboard repo."""
+    if not NAME.fullmatch(name):
+        raise SubmissionError(f"name {name!r}: 1-64 letters, digits, spaces, '.', '_' or '-', starting with a "
+                              f"letter or digit")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+    return f"{SUBMISSIONS}/{config}/{split}/{slug}{suffix}"
+
+
+def submit(path: str | os.PathLike[str], repo_id: str, zoo_root: str | os.PathLike[str], config: str,
+           split: str, name: str, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
+           token: Any = None) -> Submitted:
+    """Check a submission against the (public) zoo, then open a pull request adding it and its claim."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    path = Path(path)
+    suffix = ".parquet" if path.suffix.lower() == ".parquet" else ".csv"
+    target = submission_path(config, split, name, suffix)
+    zoo = Zoo.open(zoo_root, config)
+    _, predicted, true = check_submission(path, zoo, split)
+    metrics = None if true is None else defined(scores(predicted, true, thresholds))
+    raw = path.read_bytes()
+    claim = {"format": "stz-submission", "version": 1, "name": name, "config": config, "split": split,
+             "file": target, "sha256": hashlib.sha256(raw).hexdigest(), "metrics": metrics,
+             "submitted_with": f"small-transformer-zoo {package_version()}"}
+    operations = [CommitOperationAdd(target, raw),
+                  CommitOperationAdd(target.rsplit(".", 1)[0] + ".json", json.dumps(claim, indent=2).encode())]
+    info = _hub_call(f"opening a pull request on dataset {repo_id}", HfApi(token=token).create_commit,
+                     repo_id, operations, repo_type="dataset", create_pr=True,
+                     commit_message=f"Submission {name} for {config}/{split}")
+    return Submitted(info.pr_num, info.pr_url, metrics)
+
+
+def hub_results(repo_id: str, revision: str | None = None, token: Any = None) -> list[dict[str, Any]]:
+    """The entries of the leaderboard repo's results file (none yet: an empty list)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    try:
+        local = _hub_call(f"reading {RESULTS} of dataset {repo_id}", hf_hub_download, repo_id, RESULTS,
+                          repo_type="dataset", revision=revision, token=token, passthrough=RemoteEntryNotFoundError)
+    except RemoteEntryNotFoundError:  # the Hub answered: the repo has no results yet
+        return []
+    return parse_leaderboard(Path(local).read_bytes(), f"{repo_id}/{RESULTS}")
+
+
+def open_pull_requests(repo_id: str, token: Any = None) -> list[int]:
+    """Numbers of the leaderboard repo's open pull requests, oldest first."""
+    from huggingface_hub import HfApi
+
+    found = _hub_call(f"listing pull requests of dataset {repo_id}", lambda: list(HfApi(token=token).get_repo_discussions(
+        repo_id, repo_type="dataset", discussion_type="pull_request", discussion_status="open")))
+    return sorted(d.num for d in found)
+
+
+def review(repo_id: str, pr_num: int, zoo_root: str | os.PathLike[str], *, merge: bool = False,
+           thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, token: Any = None) -> Review:
+    """Re-score pull request `pr_num` against the full zoo at `zoo_root`; with `merge`, add the entry to the
+    results file inside the pull request and merge it. A pull request that changes anything but one submission
+    and its claim, or whose file does not match its claim, is refused."""
+    from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
+
+    api = HfApi(token=token)
+    where = f"dataset {repo_id} pull request #{pr_num}"
+    details = _hub_call(f"reading {where}", api.get_discussion_details, repo_id, pr_num, repo_type="dataset")
+    if not details.is_pull_request or details.status != "open":
+        raise DataError(f"{where}: not an open pull request (status {details.status})")
+    revision = f"refs/pr/{pr_num}"
+    changed = _changed_files(details.diff, where)
+    claims = [f for f in changed if f.endswith(".json")]
+    if len(changed) != 2 or len(claims) != 1 or not all(f.startswith(f"{SUBMISSIONS}/") for f in changed):
+        raise SubmissionError(f"{where}: must add one submission and its claim under {SUBMISSIONS}/, changes "
+                              f"{changed}")
+    claim_file = _hub_call(f"reading {where}", hf_hub_download, repo_id, claims[0], repo_type="dataset",
+                           revision=revision, token=token)
+    claim = _check_claim(Path(claim_file).read_bytes(), changed, f"{where}: {claims[0]}")
+    local = _hub_call(f"reading {where}", hf_hub_download, repo_id, claim["file"], repo_type="dataset",
+                      revision=revision, token=token)
+    digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
+    if digest != claim["sha256"]:
+        raise SubmissionError(f"{where}: {claim['file']} has sha256 {digest}, its claim says {claim['sha256']}")
+    metrics = defined(score_submission(local, zoo_root, claim["config"], claim["split"], thresholds))
+    if merge:
+        entries = with_result(hub_results(repo_id, "main", token), claim["name"], claim["config"], claim["split"],
+                              metrics, f"pull request #{pr_num}: {claim['file']}")
+        _hub_call(f"adding the scores to {where}", api.create_commit, repo_id,
+                  [CommitOperationAdd(RESULTS, results_bytes(entries))], repo_type="dataset", revision=revision,
+                  commit_message=f"Score {claim['name']} against the held-out labels")
+        _hub_call(f"merging {where}", api.merge_pull_request, repo_id, pr_num, repo_type="dataset",
+                  comment=f"Scored against the held-out labels: tau {metrics['tau']:.4f}")
+    return Review(pr_num, claim, metrics, merge)
+
+
+def _changed_files(diff: str | None, where: str) -> list[str]:
+    """The paths a pull request changes, from the Hub's diff of it against the branch it targets (`diff --git`
+    headers; a file added to main after the pull request was opened is not the pull request's change)."""
+    paths = {p for match in DIFF_HEADER.finditer(diff or "") for p in match.groups()}
+    if not paths:
+        raise SubmissionError(f"{where}: the Hub reports no changed files for it; nothing to review")
+    return sorted(paths)
+
+
+def _check_claim(raw: bytes, changed: list[str], where: str) -> dict[str, Any]:
+    try:
+        claim = json.loads(raw)
+    except ValueError as exc:
+        raise SubmissionError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(claim, dict) or any(k not in claim for k in CLAIM_KEYS) or claim["format"] != "stz-submission":
+        raise SubmissionError(f"{where}: not a submission claim (needs {list(CLAIM_KEYS)})")
+    expected = submission_path(str(claim["config"]), str(claim["split"]), str(claim["name"]),
+                               Path(str(claim["file"])).suffix)
+    if claim["file"] != expected or expected not in changed:
+        raise SubmissionError(f"{where}: names file {claim['file']!r}, expected {expected!r} in the pull request")
+    return claim

@@ -1,0 +1,75 @@
+"""A leaderboard's public copy of a zoo: every file as it is, except the metric columns of the held-out splits,
+which are null. The manifest lists what is withheld, so a reader asked for it fails with a clear error instead of
+returning nulls, and the maintainers score submissions against their own full copy (docs/design.md section 10).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from .errors import DataError
+from .files import atomic_write_bytes, atomic_write_json, sha256_bytes
+from .manifest import MANIFEST_NAME
+from .metadata import METRICS
+from .reader import Zoo
+from .root_card import list_configs, write_root_card
+from .writer import parquet_bytes
+
+
+def write_public_copy(root: str | os.PathLike[str], out: str | os.PathLike[str],
+                      splits: Sequence[str] = ("test",)) -> list[str]:
+    """Copy every config of the zoo at `root` to `out` with the metric columns of `splits` withheld; returns the
+    configs written. The source is verified in full first, and `out` must be new or empty."""
+    root, out = Path(root), Path(out)
+    configs = list_configs(root)
+    if not configs:
+        raise DataError(f"{root}: holds no zoo config (no <config>/zoo.json)")
+    if out.exists() and any(out.iterdir()):
+        raise DataError(f"{out}: not empty; a public copy goes into a new folder")
+    for config in configs:
+        _copy_config(Zoo.open(root, config), out / config, splits)
+    write_root_card(out)
+    return configs
+
+
+def _copy_config(zoo: Zoo, target: Path, splits: Sequence[str]) -> None:
+    """Files first, the manifest last: until it is written `target` is no zoo at all."""
+    unknown = [s for s in splits if s not in zoo.splits]
+    if unknown:
+        raise DataError(f"{zoo.dir}: has no splits {unknown}; its splits are {zoo.splits}")
+    problems = zoo.verify()
+    if problems:
+        raise DataError(f"{zoo.dir}: fails verification, no public copy made: {problems[0]}")
+    manifest = copy.deepcopy(zoo.manifest)
+    for info in manifest["shards"] + manifest.get("extras", []):
+        _link_or_copy(zoo.dir / info["path"], target / info["path"])
+    for split, info in manifest["metadata"].items():
+        if split not in splits:
+            _link_or_copy(zoo.dir / info["path"], target / info["path"])
+            continue
+        table = zoo.metadata(split)
+        for column in METRICS:
+            index = table.schema.get_field_index(column)
+            table = table.set_column(index, table.schema.field(index), pa.nulls(table.num_rows, pa.float64()))
+        data = parquet_bytes(table)
+        atomic_write_bytes(target / info["path"], data)
+        info.update(bytes=len(data), sha256=sha256_bytes(data), withheld=list(METRICS))
+    manifest["provenance"] = {**manifest.get("provenance", {}),
+                              "public_copy_of": sha256_bytes((zoo.dir / MANIFEST_NAME).read_bytes()),
+                              "withheld_splits": list(splits)}
+    atomic_write_json(target / MANIFEST_NAME, manifest)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where the file system allows one (the bytes are verified and never rewritten in place)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
