@@ -21,16 +21,17 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save
 
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.architecture import ArchitectureSpec
 from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.errors import ZooFormatError
 from small_transformer_zoo.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.writer import ZooWriter
 
-from .data import FASHION_MNIST_DIR, TaskData, hub_repo, load_embedded_mnist, load_hub_images, load_idx_folder
+from .data import TaskData
 from .device import check_precision, choose_group_size
-from .grid import OPTIMIZERS, PRESETS, TASKS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
+from .grid import OPTIMIZERS, PRESETS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
+from .tasks import DataRequest, get_task
 from .trainer import Checkpoint, train_groups
 
 PLAN_NAME = "plan.json"
@@ -62,29 +63,14 @@ def config_name(task: str, preset: str) -> str:
 
 def load_task_data(task: str, data_dir: str | Path | None, preset: Preset,
                    word2vec: str | Path | None = None) -> TaskData:
-    """The data a task trains on; errors before any training when files are missing or malformed.
-    `word2vec`: a pretrained word2vec text file for the AG News embedding instead of the one built from the corpus."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; tasks are {list(TASKS)}")
-    if word2vec is not None and task != "agnews":
-        raise ValueError(f"--word2vec is for the text task agnews, not {task!r}")
-    repo = hub_repo(data_dir)
-    if task == "agnews":
-        from .text import load_ag_news
-
-        data = load_ag_news(data_dir, max_train=preset.max_train_samples, word2vec=word2vec)
-    elif repo is not None:
-        data = load_hub_images(repo, task)
-    elif task == "fashion_mnist":
-        folder = Path(data_dir) if data_dir else FASHION_MNIST_DIR
-        if not folder.is_dir():
-            raise ZooFormatError(folder, "no Fashion-MNIST here: `apt-get install dataset-fashion-mnist` installs it "
-                                         "there, or pass --data-dir")
-        data = load_idx_folder(folder, "fashion_mnist")
-    elif data_dir:
-        data = load_idx_folder(data_dir, "mnist")
-    else:
-        data = load_embedded_mnist()
+    """The data a registered task trains on (`builders.tasks`), capped by the preset; errors before any training
+    when files are missing or malformed. `word2vec`: a pretrained word2vec text file for a text task's embedding
+    instead of the one built from the corpus."""
+    found = get_task(task)
+    if word2vec is not None and "word2vec" not in found.options:
+        raise ValueError(f"--word2vec is for text tasks, not {task!r}")
+    options = {"word2vec": word2vec} if word2vec is not None else {}
+    data = found.load(DataRequest(data_dir, preset.max_train_samples, options))
     if preset.max_train_samples is not None and len(data.train_y) > preset.max_train_samples:
         data.train_x, data.train_y = data.train_x[: preset.max_train_samples], data.train_y[: preset.max_train_samples]
         data.source["train_samples_capped_at"] = preset.max_train_samples
@@ -95,12 +81,8 @@ def load_task_data(task: str, data_dir: str | Path | None, preset: Preset,
     return data
 
 
-def spec_for(data: TaskData) -> ArchitectureSpec:
-    if data.modality == "vision":
-        return mnist_spec()
-    from small_transformer_zoo.architecture import text_spec
-
-    return text_spec(vocab_size=data.embedding.shape[0], max_length=data.train_x.shape[1], num_classes=data.num_classes)
+def spec_for(task: str, data: TaskData) -> ArchitectureSpec:
+    return get_task(task).spec(data)
 
 
 def make_plan(task: str, preset: Preset, data: TaskData, spec: ArchitectureSpec,
@@ -207,7 +189,8 @@ def assemble(out: Path, plan: BuildPlan, runs: list[Run], part_dirs: list[Path],
         checkpoints += part
         devices |= used
     checkpoints.sort(key=lambda c: (c.run.run_id, c.is_best, c.epoch))
-    writer = ZooWriter(out, plan.config, spec, task={"name": plan.task, "source": data.source},
+    task = {"name": plan.task, "source": data.source, "description": get_task(plan.task).description}
+    writer = ZooWriter(out, plan.config, spec, task=task,
                        provenance={"build_plan": plan.to_dict(), "devices": sorted(devices)},
                        grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
                        shard_size=shard_size, overwrite=True)
@@ -257,7 +240,7 @@ def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path
         raise ValueError(f"unknown preset {preset_name!r}; presets are {list(PRESETS)}")
     preset, out = PRESETS[preset_name], Path(out)
     data = load_task_data(task, data_dir, preset, word2vec)
-    spec = spec_for(data)
+    spec = spec_for(task, data)
     plan, runs = make_plan(task, preset, data, spec, precision)
     mine = shard_runs(runs, num_shards, shard_index)
     cost = estimate_cost(plan, data, spec, mine)
@@ -335,7 +318,7 @@ def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, prese
     """Join the parts of sharded builds (`--num-shards`) into one zoo under `out`."""
     preset, out = PRESETS[preset_name], Path(out)
     data = load_task_data(task, data_dir, preset, word2vec)
-    spec = spec_for(data)
+    spec = spec_for(task, data)
     plan, runs = make_plan(task, preset, data, spec, precision)
     part_dirs = []
     for folder in map(Path, shard_dirs):

@@ -6,7 +6,8 @@ import argparse
 import json
 
 from .build import local_executor, merge_shards, run_build
-from .grid import PRESETS, TASKS
+from .grid import PRESETS
+from .tasks import get_task, task_names
 from .trainer import PRECISIONS
 
 
@@ -44,11 +45,12 @@ def _merge(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="train a zoo (resumable; --num-shards/--shard-index for array jobs)")
-    build.add_argument("--task", required=True, choices=TASKS)
+    build.add_argument("--task", required=True, choices=task_names(),
+                       help="registered task: " + "; ".join(f"{t} ({get_task(t).data_help})" for t in task_names()))
     build.add_argument("--preset", default="mini", choices=list(PRESETS))
     build.add_argument("--out", required=True, help="zoo root to write")
-    build.add_argument("--data-dir", help="IDX folder (MNIST, Fashion-MNIST), AG News CSV folder, or "
-                                               "hf://datasets/<repo> to load the task's data from the Hub")
+    build.add_argument("--data-dir", help="where the task's data is (see --task), or hf://datasets/<repo> to load it "
+                                          "from the Hub (default: the task's own source)")
     build.add_argument("--word2vec", help="agnews: a pretrained word2vec text file (`word v1 v2 ...` per line) for "
                                           "the embedding, reduced to 32 dims by PCA, instead of one built from the corpus")
     build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards")
@@ -71,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     merge = sub.add_parser("merge", help="join the outputs of sharded builds into one zoo")
     merge.add_argument("out", help="zoo root to write")
     merge.add_argument("shards", nargs="+", help="the --out folders of the shards")
-    merge.add_argument("--task", required=True, choices=TASKS)
+    merge.add_argument("--task", required=True, choices=task_names(), help="the --task the shards were built with")
     merge.add_argument("--preset", default="mini", choices=list(PRESETS))
-    merge.add_argument("--data-dir")
+    merge.add_argument("--data-dir", help="the --data-dir the shards were built with")
     merge.add_argument("--word2vec", help="the --word2vec file the shards were built with")
     merge.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the --precision the shards used")
     merge.set_defaults(func=_merge)

@@ -7,7 +7,6 @@ import itertools
 import math
 from dataclasses import asdict, dataclass
 
-TASKS = ("mnist", "fashion_mnist", "agnews")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
 PAPER_GRID = {
     "sgd": {

@@ -76,8 +76,9 @@ class FlatPredictor(nn.Module):
         return torch.sigmoid(self.forward_logits(weights))
 
 
-def tree_model(name: str, seed: int, n_estimators: int = 300) -> Any:
-    """The paper's tree settings: max depth 10, min child weight 50, at most 256 leaves; CPU builds."""
+def tree_model(name: str, seed: int, n_estimators: int = 300, n_jobs: int = 1) -> Any:
+    """The paper's tree settings: max depth 10, min child weight 50, at most 256 leaves; CPU builds on `n_jobs`
+    threads."""
     if name == "xgboost":
         from xgboost import XGBRegressor
 
@@ -86,24 +87,24 @@ def tree_model(name: str, seed: int, n_estimators: int = 300) -> Any:
         # is never reached with min_child_weight 50), bounded memory.
         return XGBRegressor(n_estimators=n_estimators, max_depth=10, min_child_weight=50, max_leaves=256,
                             learning_rate=0.05, tree_method="hist", grow_policy="lossguide",
-                            max_cached_hist_node=32, random_state=seed, n_jobs=2, early_stopping_rounds=30)
+                            max_cached_hist_node=32, random_state=seed, n_jobs=n_jobs, early_stopping_rounds=30)
     if name == "lightgbm":
         from lightgbm import LGBMRegressor
 
         return LGBMRegressor(n_estimators=n_estimators, max_depth=10, min_child_weight=50, num_leaves=256,
-                             learning_rate=0.05, random_state=seed, n_jobs=2, verbose=-1)
+                             learning_rate=0.05, random_state=seed, n_jobs=n_jobs, verbose=-1)
     if name == "random_forest":
         from sklearn.ensemble import RandomForestRegressor
 
         return RandomForestRegressor(n_estimators=100, max_depth=10, min_samples_leaf=50, max_leaf_nodes=256,
-                                     random_state=seed, n_jobs=2)
+                                     random_state=seed, n_jobs=n_jobs)
     raise ValueError(f"unknown tree model {name!r}; choose from {TREE_MODELS}")
 
 
-def fit_tree(name: str, seed: int, train: tuple[np.ndarray, np.ndarray],
+def fit_tree(model: Any, name: str, train: tuple[np.ndarray, np.ndarray],
              validation: tuple[np.ndarray, np.ndarray]) -> Any:
-    """Fit with the number of boosting rounds chosen on validation (early stopping); the forest has no rounds."""
-    model = tree_model(name, seed)
+    """Fit `tree_model(name, ...)` with the number of boosting rounds chosen on validation (early stopping); the
+    forest has no rounds."""
     if name == "xgboost":
         model.fit(*train, eval_set=[validation], verbose=False)
     elif name == "lightgbm":

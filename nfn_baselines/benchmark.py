@@ -18,16 +18,15 @@ from small_transformer_zoo import Zoo
 from small_transformer_zoo.architecture import ArchitectureSpec
 from small_transformer_zoo.canonical import canonicalize_params
 from small_transformer_zoo.files import atomic_write_json
-from small_transformer_zoo.plots import pyplot, save_figure
+from small_transformer_zoo.plots import new_figure, save_figure
 from small_transformer_zoo.standardize import WeightStats
 from small_transformer_zoo.weight_space import TransformerWeights
 
-from .baselines import TREE_MODELS, FlatPredictor, fit_tree
 from .metrics import DEFAULT_THRESHOLDS, defined, scores
-from .model import COMPONENTS, TransformerNFN
+from .model import COMPONENTS
+from .predictors import default_predictors, get_predictor
 from .train import TrainConfig, predict, train_predictor
 
-BASE_MODELS = ("transformer_nfn", "mlp", "statnn", "xgboost", "lightgbm", "random_forest")
 COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
                       ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
 WIDTH_DEPTH_ABLATION = ((5, 1), (10, 1), (20, 1), (10, 2))
@@ -35,13 +34,11 @@ WIDTH_DEPTH_ABLATION = ((5, 1), (10, 1), (20, 1), (10, 2))
 
 @dataclass
 class ModelSpec:
-    """One row of the table: a model kind and its settings."""
+    """One row of the table: a registered predictor (`nfn_baselines.predictors`) and the settings it overrides."""
 
     name: str
-    kind: str
-    components: tuple[str, ...] = COMPONENTS
-    channels: int = 10
-    layers: int = 1
+    predictor: str
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 PREPROCESSING = ("none", "standardize", "canonical", "both")
@@ -63,16 +60,15 @@ class BenchResult:
     true: np.ndarray | None = None
 
 
-def model_specs(models: Sequence[str], ablation: str | None = None) -> list[ModelSpec]:
-    unknown = sorted(set(models) - set(BASE_MODELS))
-    if unknown:
-        raise ValueError(f"unknown models {unknown}; choose from {list(BASE_MODELS)}")
-    out = [ModelSpec(m, m) for m in models]
+def model_specs(models: Sequence[str] | None = None, ablation: str | None = None) -> list[ModelSpec]:
+    """Rows of the table: the named predictors (default: every default one), then an ablation's NFN variants."""
+    names = default_predictors() if models is None else list(models)
+    out = [ModelSpec(get_predictor(m).name, m) for m in names]
     if ablation == "components":
-        out += [ModelSpec(f"transformer_nfn[{'+'.join(c)}]", "transformer_nfn", components=c)
+        out += [ModelSpec(f"transformer_nfn[{'+'.join(c)}]", "transformer_nfn", {"components": c})
                 for c in COMPONENT_ABLATION if c != COMPONENTS]
     elif ablation == "width-depth":
-        out += [ModelSpec(f"transformer_nfn[c={c},layers={n}]", "transformer_nfn", channels=c, layers=n)
+        out += [ModelSpec(f"transformer_nfn[c={c},layers={n}]", "transformer_nfn", {"channels": c, "layers": n})
                 for c, n in WIDTH_DEPTH_ABLATION if (c, n) != (10, 1)]
     elif ablation is not None:
         raise ValueError(f"unknown ablation {ablation!r}; choose 'components' or 'width-depth'")
@@ -108,33 +104,33 @@ def load_bench_data(root: str | os.PathLike[str], config: str, preprocess: str =
     return BenchData(zoo.spec, splits, test_ids, preprocess, stats)
 
 
-def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int, device: str = "cpu") -> np.ndarray:
+def predict_test(model: ModelSpec, data: BenchData, seed: int, epochs: int, device: str = "cpu",
+                 n_jobs: int = 1) -> np.ndarray:
     """Train one model with one seed (selection on validation) and predict the test split. Neural models train on
-    `device`; the tree models on the CPU (the xgboost-cpu and lightgbm wheels are CPU builds)."""
-    spec = data.spec
-    if model.kind in TREE_MODELS:
+    `device` (torch's global random state is seeded for them and put back after); tree models on the CPU with
+    `n_jobs` threads (the xgboost-cpu and lightgbm wheels are CPU builds)."""
+    predictor = get_predictor(model.predictor)
+    settings = {**predictor.settings, **model.settings}
+    if predictor.kind == "tree":
         as_numpy = {k: (v[0].numpy(), v[1].numpy()) for k, v in data.splits.items()}
-        fitted = fit_tree(model.kind, seed, as_numpy["train"], as_numpy["validation"])
+        fitted = predictor.fit(seed, n_jobs, as_numpy["train"], as_numpy["validation"], settings)
         return np.clip(fitted.predict(as_numpy["test"][0]), 0.0, 1.0)
-    torch.manual_seed(seed)
-    if model.kind == "transformer_nfn":
-        net: torch.nn.Module = TransformerNFN(spec, channels=model.channels, hidden=10, num_layers=model.layers,
-                                              components=model.components)
-    else:
-        net = FlatPredictor(spec, mode=model.kind, components=model.components)
+    with torch.random.fork_rng(devices=[]):  # the model's initialisation draws from the global generator
+        torch.manual_seed(seed)
+        net = predictor.build(data.spec, settings)
     config = TrainConfig(epochs=epochs, warmup_epochs=max(1, epochs // 10), seed=seed, device=device)
-    result = train_predictor(net, spec, data.splits["train"], data.splits["validation"], config)
-    return predict(result.model, data.splits["test"][0], spec)
+    result = train_predictor(net, data.spec, data.splits["train"], data.splits["validation"], config)
+    return predict(result.model, data.splits["test"][0], data.spec)
 
 
 def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int], epochs: int,
                   thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                   on_done: Callable[[str, int, dict[str, float]], None] | None = None,
-                  device: str = "cpu") -> BenchResult:
+                  device: str = "cpu", n_jobs: int = 1) -> BenchResult:
     result = BenchResult(true=data.splits["test"][1].numpy())
     for model in models:
         for seed in seeds:
-            predicted = predict_test(model, data, seed, epochs, device)
+            predicted = predict_test(model, data, seed, epochs, device, n_jobs)
             row = scores(predicted, result.true, tuple(thresholds))
             result.rows.setdefault(model.name, []).append(row)
             if seed == seeds[0]:
@@ -178,11 +174,10 @@ def render_markdown(summary: dict[str, dict[str, dict[str, float]]], thresholds:
 
 def plot_predictions(result: BenchResult, path: str | os.PathLike[str], config: str) -> Path:
     """Predicted against true test accuracy, one panel per model (the paper's Figure 2)."""
-    plt = pyplot()
     names = list(result.predictions)
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.4 * rows), squeeze=False)
+    figure, axes = new_figure(rows, columns, (3.6 * columns, 3.4 * rows))
     low, high = float(np.min(result.true)), float(np.max(result.true))
     for axis, name in zip(axes.flat, names):
         axis.scatter(result.true, result.predictions[name], s=8, alpha=0.6)

@@ -10,12 +10,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.devices import resolve_device
+from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
 from .leaderboard import (SubmissionError, add_result, load_leaderboard, render_leaderboard, score_submission,
                           write_submission)
 from .metrics import DEFAULT_THRESHOLDS
+from .predictors import PREDICTORS, default_predictors
 from .quickstart import register as register_quickstart
 
 
@@ -34,7 +35,7 @@ def _bench(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{name} seed {seed}: tau {row['tau']:.3f}")
 
     result = run_benchmark(data, models, seeds, args.epochs, tuple(args.thresholds), on_done=done,
-                           device=str(resolve_device(args.device)))
+                           device=str(resolve_device(args.device)), n_jobs=args.jobs)
     bar.close()
     summary = summarize(result)
     markdown = render_markdown(summary, args.thresholds, len(seeds), args.config)
@@ -161,8 +162,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both"), default="none",
                        help="what every model sees: raw weights, standardised ones (statistics of the training "
                             "split, stored in the results JSON), canonical forms, or both (default: none)")
-    bench.add_argument("--models", nargs="+", default=["transformer_nfn", "mlp", "statnn", "xgboost", "lightgbm",
-                                                       "random_forest"])
+    bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
+                       metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
+                                         f"{' '.join(default_predictors())})")
+    bench.add_argument("--jobs", type=int, default=usable_cores(), help="threads of the tree models (default: the "
+                                                                        "cores this process may use)")
     bench.add_argument("--ablation", choices=("components", "width-depth"),
                        help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
     bench.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS))

@@ -16,11 +16,10 @@ import numpy as np
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo, load_dataset
-from small_transformer_zoo.devices import resolve_device
+from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
-from .benchmark import (BASE_MODELS, load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
-                        summarize)
+from .benchmark import load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark, summarize
 from .metrics import DEFAULT_THRESHOLDS
 
 
@@ -44,11 +43,11 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     data = load_bench_data(out, config)
     print(f"   train {len(data.splits['train'][1])}, validation {len(data.splits['validation'][1])}, test "
           f"{len(data.splits['test'][1])} checkpoints (diverged runs left out); neural models: {epochs} epochs")
-    models = model_specs(BASE_MODELS)
+    models = model_specs()
     bar = tqdm(total=len(models), desc="   models", unit="model", file=sys.stderr)
     result = run_benchmark(data, models, [seed], epochs,
                            on_done=lambda name, _, row: (bar.update(1), bar.set_postfix_str(f"{name}: tau {row['tau']:.3f}")),
-                           device=str(resolve_device(device)))
+                           device=str(resolve_device(device)), n_jobs=usable_cores())
     bar.close()
     print()
     print(render_markdown(summarize(result), DEFAULT_THRESHOLDS, 1, config))

@@ -63,8 +63,17 @@ def predict(model: nn.Module, params: torch.Tensor, spec: ArchitectureSpec, batc
 def train_predictor(model: nn.Module, spec: ArchitectureSpec, train: tuple[torch.Tensor, torch.Tensor],
                     validation: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
                     progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
-    """Train `model` (weights -> accuracy in (0, 1)); returns it with the parameters of its best validation epoch."""
-    torch.manual_seed(config.seed)
+    """Train `model` (weights -> accuracy in (0, 1)); returns it with the parameters of its best validation epoch.
+    Torch's global random state (dropout) is seeded from `config.seed` inside and put back afterwards."""
+    device = torch.device(config.device)
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        torch.manual_seed(config.seed)
+        return _train_epochs(model, spec, train, validation, config, progress)
+
+
+def _train_epochs(model: nn.Module, spec: ArchitectureSpec, train: tuple[torch.Tensor, torch.Tensor],
+                  validation: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
+                  progress: Callable[[dict[str, float]], None] | None) -> TrainResult:
     generator = torch.Generator().manual_seed(config.seed)
     device = torch.device(config.device)
     model.to(device)

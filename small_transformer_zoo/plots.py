@@ -13,35 +13,32 @@ from .reader import Zoo
 MAX_PANELS = 7
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
-    import matplotlib
+def new_figure(rows: int, columns: int, figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its [rows, columns] axes, made without pyplot: no backend is chosen for the process and no
+    figure stays registered anywhere (matplotlib is imported only here, when a plot is made)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    figure = Figure(figsize=figsize)
+    return figure, figure.subplots(rows, columns, squeeze=False)
 
 
 def save_figure(figure: Any, title: str, path: str | os.PathLike[str]) -> Path:
-    """Title, lay out, write as PNG (folders made as needed) and close a figure."""
+    """Title, lay out and write as PNG (folders made as needed)."""
     figure.suptitle(title)
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
-    pyplot().close(figure)
     return path
 
 
 def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
     """Test-accuracy histogram per checkpoint epoch (and the best checkpoints), all splits: the paper's Figure 1."""
-    plt = pyplot()
     rows = [r for split in zoo.splits for r in zoo.metadata(split).select(["epoch", "is_best", "test_accuracy",
                                                                            "diverged"]).to_pylist()]
     groups: dict[str, list[float]] = {}
     for r in rows:
-        if not r["diverged"]:
+        if not r["diverged"] and r["test_accuracy"] is not None:  # None: withheld in a leaderboard's public copy
             groups.setdefault("best" if r["is_best"] else f"epoch {r['epoch']}", []).append(r["test_accuracy"])
     epochs = sorted(int(g.split()[1]) for g in groups if g != "best")
     shown = epochs
@@ -50,7 +47,7 @@ def plot_accuracy_histogram(zoo: Zoo, path: str | os.PathLike[str]) -> Path:
                         epochs[-1]})
         groups["all epochs"] = [a for e in epochs for a in groups[f"epoch {e}"]]
     names = [f"epoch {e}" for e in shown] + [g for g in ("all epochs", "best") if g in groups]
-    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), sharey=False, squeeze=False)
+    figure, axes = new_figure(1, len(names), (3.2 * len(names), 3))
     bins = np.linspace(0, 1, 21)
     for axis, name in zip(axes[0], names):
         axis.hist(groups[name], bins=bins, color="tab:blue", edgecolor="white")

@@ -51,10 +51,13 @@ def config_table(root: Path, configs: list[str]) -> str:
 
     lines = ["| config | task | parameters | runs | checkpoints | train / validation / test | diverged | "
              "test accuracy min / median / max |", "|---|---|---|---|---|---|---|---|"]
-    withheld = []
+    withheld, tasks = [], {}
     for config in configs:
         zoo = Zoo.open(root, config)
         withheld += [f"`{config}` {split}" for split in zoo.splits if zoo.withheld(split)]
+        task = zoo.manifest.get("task")
+        if isinstance(task, dict) and isinstance(task.get("description"), str):
+            tasks.setdefault(str(task.get("name", "?")), task["description"])
         summary = zoo.summary()
         splits = summary["splits"]
         accuracy = [v for s in splits.values() for v in (s["test_accuracy"]["min"], s["test_accuracy"]["max"])
@@ -67,6 +70,8 @@ def config_table(root: Path, configs: list[str]) -> str:
                      f"{summary['checkpoints']:,} | "
                      + " / ".join(f"{splits[s]['checkpoints']:,}" for s in SPLIT_NAMES if s in splits)
                      + f" | {sum(s['diverged'] for s in splits.values()):,} | {stats} |")
+    if tasks:
+        lines += [""] + [f"- `{name}`: {' '.join(text.split())}" for name, text in sorted(tasks.items())]
     if withheld:
         lines += ["", f"Labels withheld (this is a leaderboard's public copy): the accuracies and losses of "
                       f"{', '.join(withheld)} are null; submissions are scored by the leaderboard's maintainers."]

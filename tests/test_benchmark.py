@@ -83,7 +83,7 @@ def test_ablations_add_nfn_variants() -> None:
     names = [m.name for m in model_specs(["transformer_nfn"], "components")]
     assert "transformer_nfn[encoder]" in names and "transformer_nfn[embedding+classifier]" in names
     assert "transformer_nfn[c=20,layers=1]" in [m.name for m in model_specs([], "width-depth")]
-    with pytest.raises(ValueError, match="unknown models"):
+    with pytest.raises(ValueError, match="unknown model 'resnet'"):
         model_specs(["resnet"])
 
 

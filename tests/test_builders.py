@@ -404,7 +404,7 @@ def test_ag_news_with_a_users_word2vec_file(tmp_path: Path) -> None:
     (tmp_path / "ragged.txt").write_text("".join(f"{w} 1.0 2.0\n" for w in words[:40]) + f"{words[40]} 1.0\n")
     with pytest.raises(ZooFormatError, match="ragged.txt: vectors of different lengths"):
         load_ag_news(folder, max_train=256, word2vec=tmp_path / "ragged.txt")
-    with pytest.raises(ValueError, match="--word2vec is for the text task agnews"):
+    with pytest.raises(ValueError, match="--word2vec is for text tasks, not .mnist."):
         load_task_data("mnist", None, PRESETS["tiny"], word2vec=vector_file)
 
 
