@@ -17,26 +17,59 @@ from .errors import ZooFormatError
 HYPERPARAMETERS = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction")
 METRICS = ("train_accuracy", "validation_accuracy", "test_accuracy", "train_loss", "validation_loss", "test_loss")
 
+# What every column means and its unit; stored in each Parquet file's schema and shown in the dataset card.
+DESCRIPTIONS = {
+    "checkpoint_id": "unique id of the checkpoint: `<run_id>-e<epoch>` or `<run_id>-best`",
+    "run_id": "the training run the checkpoint comes from (all of a run's checkpoints share a split)",
+    "epoch": "training epoch after which the checkpoint was saved (1-based; -1 for an imported best checkpoint "
+             "whose epoch the source does not give)",
+    "is_best": "true for the run's best epoch by validation accuracy (a copy of one epoch's weights)",
+    "split": "train, validation or test (by a salted hash of run_id)",
+    "optimizer": "sgd, sgd_momentum, adam or rmsprop",
+    "learning_rate": "peak learning rate (after warm-up)",
+    "dropout": "dropout probability (fraction) after the embedding and in each block",
+    "w_init_std": "standard deviation of the normal initialisation of weight matrices",
+    "l2": "L2 regularisation, applied as the optimizer's weight decay",
+    "train_fraction": "fraction of the training set the run trained on",
+    "seed": "the run's random seed (initialisation, data order, dropout)",
+    "run_config": "JSON object of any other training setting the source recorded (null when none)",
+    "train_accuracy": "accuracy on the run's training data (fraction in [0, 1], correct / total)",
+    "validation_accuracy": "accuracy on the validation hold-out (fraction, correct / total; null if unmeasured)",
+    "test_accuracy": "accuracy on the task's test set (fraction, correct / total): the benchmark's label",
+    "train_loss": "mean cross-entropy on the training data (nats)",
+    "validation_loss": "mean cross-entropy on the validation hold-out (nats)",
+    "test_loss": "mean cross-entropy on the test set (nats)",
+    "diverged": "true when the run's loss became NaN or infinite; its metrics then mean nothing",
+    "shard": "the weights file holding the checkpoint, relative to the config folder",
+    "row": "the checkpoint's row in that shard's params matrix (0-based)",
+    "params_digest": "BLAKE2b-128 hex digest of the checkpoint's float32 parameter row, checked on every load",
+}
+
+
+def _field(name: str, kind: pa.DataType, nullable: bool = True) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable, metadata={"description": DESCRIPTIONS[name]})
+
+
 METADATA_SCHEMA = pa.schema(
     [
-        pa.field("checkpoint_id", pa.string(), nullable=False),
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("epoch", pa.int32(), nullable=False),
-        pa.field("is_best", pa.bool_(), nullable=False),
-        pa.field("split", pa.string(), nullable=False),
-        pa.field("optimizer", pa.string()),
-        pa.field("learning_rate", pa.float64()),
-        pa.field("dropout", pa.float64()),
-        pa.field("w_init_std", pa.float64()),
-        pa.field("l2", pa.float64()),
-        pa.field("train_fraction", pa.float64()),
-        pa.field("seed", pa.int64()),
-        pa.field("run_config", pa.string()),
-        *[pa.field(name, pa.float64()) for name in METRICS],
-        pa.field("diverged", pa.bool_(), nullable=False),
-        pa.field("shard", pa.string(), nullable=False),
-        pa.field("row", pa.int64(), nullable=False),
-        pa.field("params_digest", pa.string()),
+        _field("checkpoint_id", pa.string(), nullable=False),
+        _field("run_id", pa.string(), nullable=False),
+        _field("epoch", pa.int32(), nullable=False),
+        _field("is_best", pa.bool_(), nullable=False),
+        _field("split", pa.string(), nullable=False),
+        _field("optimizer", pa.string()),
+        _field("learning_rate", pa.float64()),
+        _field("dropout", pa.float64()),
+        _field("w_init_std", pa.float64()),
+        _field("l2", pa.float64()),
+        _field("train_fraction", pa.float64()),
+        _field("seed", pa.int64()),
+        _field("run_config", pa.string()),
+        *[_field(name, pa.float64()) for name in METRICS],
+        _field("diverged", pa.bool_(), nullable=False),
+        _field("shard", pa.string(), nullable=False),
+        _field("row", pa.int64(), nullable=False),
+        _field("params_digest", pa.string()),
     ]
 )
 COLUMNS = tuple(METADATA_SCHEMA.names)

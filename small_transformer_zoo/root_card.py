@@ -78,6 +78,14 @@ def config_table(root: Path, configs: list[str]) -> str:
     return "\n".join(lines)
 
 
+def fields_table() -> str:
+    """The metadata columns with their Arrow types and descriptions (`small_transformer_zoo.metadata`)."""
+    from .metadata import DESCRIPTIONS, METADATA_SCHEMA
+
+    rows = [f"| `{f.name}` | {f.type} | {DESCRIPTIONS[f.name]} |" for f in METADATA_SCHEMA]
+    return "\n".join(["| column | type | meaning |", "|---|---|---|", *rows])
+
+
 def render_card(root: str | os.PathLike[str]) -> str:
     """The Hub dataset card of a zoo root: the package's template filled with the root's configs and counts."""
     from importlib.resources import files
@@ -88,7 +96,8 @@ def render_card(root: str | os.PathLike[str]) -> str:
     total = sum(json.loads((root / c / MANIFEST_NAME).read_text())["counts"]["checkpoints"] for c in configs)
     text = (template.replace("{{size_category}}", size_category(total))
             .replace("configs:\n{{configs}}", configs_yaml(configs))
-            .replace("{{config_table}}", config_table(root, configs) if configs else "(none yet)"))
+            .replace("{{config_table}}", config_table(root, configs) if configs else "(none yet)")
+            .replace("{{fields_table}}", fields_table()))
     head, body = text.split("\n---\n", 1)
     return f"{head}\n---\n{GENERATED_MARK}\n{body}"
 

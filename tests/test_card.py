@@ -36,3 +36,40 @@ def test_stz_card_rewrites_but_never_clobbers_a_users_readme(tmp_path: Path) -> 
     (tmp_path / "README.md").write_text("# my own notes\n")
     write_synthetic_zoo(tmp_path, "beta", runs=4, register=False)
     assert (tmp_path / "README.md").read_text() == "# my own notes\n"
+
+
+def test_the_cards_recipe_reads_a_checkpoint_with_hub_and_safetensors_only(hub, zoo_copy: Path) -> None:
+    """The card's ten-line recipe, run as it is printed (repo and config filled in) in a fresh interpreter that has
+    no package of ours imported, gives the zoo's own first checkpoint."""
+    import re
+    import subprocess
+    import sys
+
+    from small_transformer_zoo.push import push_zoo
+
+    push_zoo(zoo_copy, "card/recipe")
+    card = render_card(zoo_copy)
+    recipe = re.search(r"<!-- recipe -->\n```python\n(.*?)```\n<!-- /recipe -->", card, re.S).group(1)
+    assert len(recipe.strip().splitlines()) <= 12
+    code = recipe.replace("<repo>", "card/recipe").replace("<config>", "syn")
+    check = ("\nimport sys\nassert not any(m.split('.')[0] in ('small_transformer_zoo', 'builders', 'nfn_baselines')"
+             " for m in sys.modules)\nnp.save(sys.argv[1], np.concatenate([v.ravel() for v in state_dict.values()]))")
+    out = Path(zoo_copy).parent / "row.npy"
+    done = subprocess.run([sys.executable, "-c", code + check, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import numpy as np
+
+    zoo = Zoo.open(zoo_copy, "syn")
+    first_shard = zoo.manifest["shards"][0]
+    expected = zoo.split_weights(first_shard["split"]).shards[0][0].numpy()
+    np.testing.assert_array_equal(np.load(out), expected)
+
+
+def test_the_cards_fields_table_describes_every_parquet_column(zoo_copy: Path) -> None:
+    import pyarrow.parquet as pq
+
+    card = render_card(zoo_copy)
+    schema = pq.read_schema(zoo_copy / "syn" / "metadata" / "train.parquet")
+    for field in schema:
+        description = field.metadata[b"description"].decode()
+        assert f"| `{field.name}` | {field.type} | {description} |" in card
