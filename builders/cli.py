@@ -47,13 +47,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="train a zoo (resumable; --num-shards/--shard-index for array jobs)")
     build.add_argument("--task", required=True, choices=task_names(),
                        help="registered task: " + "; ".join(f"{t} ({get_task(t).data_help})" for t in task_names()))
-    build.add_argument("--preset", default="mini", choices=list(PRESETS))
+    build.add_argument("--preset", default="mini", choices=list(PRESETS),
+                       help="how much of the recipe: " + "; ".join(f"{p.name} ({p.runs or 'all'} runs, {p.epochs} "
+                                                                   f"epochs)" for p in PRESETS.values())
+                            + " (default: mini)")
     build.add_argument("--out", required=True, help="zoo root to write")
     build.add_argument("--data-dir", help="where the task's data is (see --task), or hf://datasets/<repo> to load it "
                                           "from the Hub (default: the task's own source)")
     build.add_argument("--word2vec", help="agnews: a pretrained word2vec text file (`word v1 v2 ...` per line) for "
                                           "the embedding, reduced to 32 dims by PCA, instead of one built from the corpus")
-    build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards")
+    build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards (default: 1)")
     build.add_argument("--shard-index", type=int, default=0, help="which shard this process trains (0-based)")
     build.add_argument("--dry-run", action="store_true", help="print the plan and its cost, train nothing")
     build.add_argument("--device", default="auto",
@@ -67,15 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--workers", type=int, help="CPU: groups trained at a time (default: one per core)")
     build.add_argument("--ray", action="store_true", help="train the groups as tasks on a Ray cluster")
     build.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
-    build.add_argument("--no-progress", action="store_true")
+    build.add_argument("--no-progress", action="store_true", help="no progress bars")
     build.set_defaults(func=_build)
 
     merge = sub.add_parser("merge", help="join the outputs of sharded builds into one zoo")
     merge.add_argument("out", help="zoo root to write")
     merge.add_argument("shards", nargs="+", help="the --out folders of the shards")
     merge.add_argument("--task", required=True, choices=task_names(), help="the --task the shards were built with")
-    merge.add_argument("--preset", default="mini", choices=list(PRESETS))
+    merge.add_argument("--preset", default="mini", choices=list(PRESETS),
+                       help="the --preset the shards were built with (default: mini)")
     merge.add_argument("--data-dir", help="the --data-dir the shards were built with")
     merge.add_argument("--word2vec", help="the --word2vec file the shards were built with")
-    merge.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the --precision the shards used")
+    merge.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the --precision the shards used (default: fp32)")
     merge.set_defaults(func=_merge)

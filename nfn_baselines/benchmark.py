@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from small_transformer_zoo import Zoo
+from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.architecture import ArchitectureSpec
 from small_transformer_zoo.canonical import canonicalize_params
 from small_transformer_zoo.files import atomic_write_json
@@ -75,7 +75,8 @@ def model_specs(models: Sequence[str] | None = None, ablation: str | None = None
     return out
 
 
-def load_bench_data(root: str | os.PathLike[str], config: str, preprocess: str = "none") -> BenchData:
+def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None,
+                    preprocess: str = "none") -> BenchData:
     """Packed weights and test accuracy per split; diverged runs are left out (their accuracy means nothing).
 
     `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
@@ -83,7 +84,7 @@ def load_bench_data(root: str | os.PathLike[str], config: str, preprocess: str =
     every model, the NFN and the baselines alike, sees the same preprocessed weights."""
     if preprocess not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")
-    zoo = Zoo.open(root, config)
+    zoo = as_zoo(zoo, config)
     splits, test_ids = {}, []
     for split in ("train", "validation", "test"):
         weights = zoo.split_weights(split)

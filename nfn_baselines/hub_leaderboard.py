@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from small_transformer_zoo import Zoo
+from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.manifest import package_version
 
@@ -75,16 +75,17 @@ def submission_path(config: str, split: str, name: str, suffix: str) -> str:
     return f"{SUBMISSIONS}/{config}/{split}/{slug}{suffix}"
 
 
-def submit(path: str | os.PathLike[str], repo_id: str, zoo_root: str | os.PathLike[str], config: str,
+def submit(path: str | os.PathLike[str], repo_id: str, zoo: Zoo | str | os.PathLike[str], config: str | None,
            split: str, name: str, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
            token: Any = None) -> Submitted:
     """Check a submission against the (public) zoo, then open a pull request adding it and its claim."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     path = Path(path)
+    zoo = as_zoo(zoo, config)
+    config = zoo.config
     suffix = ".parquet" if path.suffix.lower() == ".parquet" else ".csv"
     target = submission_path(config, split, name, suffix)
-    zoo = Zoo.open(zoo_root, config)
     _, predicted, true = check_submission(path, zoo, split)
     metrics = None if true is None else defined(scores(predicted, true, thresholds))
     raw = path.read_bytes()
@@ -121,9 +122,9 @@ def open_pull_requests(repo_id: str, token: Any = None) -> list[int]:
     return sorted(d.num for d in found)
 
 
-def review(repo_id: str, pr_num: int, zoo_root: str | os.PathLike[str], *, merge: bool = False,
+def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merge: bool = False,
            thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, token: Any = None) -> Review:
-    """Re-score pull request `pr_num` against the full zoo at `zoo_root`; with `merge`, add the entry to the
+    """Re-score pull request `pr_num` against the full zoo `zoo` (a Zoo or a root); with `merge`, add the entry to the
     results file inside the pull request and merge it. A pull request that changes anything but one submission
     and its claim, or whose file does not match its claim, is refused."""
     from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
@@ -147,7 +148,7 @@ def review(repo_id: str, pr_num: int, zoo_root: str | os.PathLike[str], *, merge
     digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
     if digest != claim["sha256"]:
         raise SubmissionError(f"{where}: {claim['file']} has sha256 {digest}, its claim says {claim['sha256']}")
-    metrics = defined(score_submission(local, zoo_root, claim["config"], claim["split"], thresholds))
+    metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds))
     if merge:
         entries = with_result(hub_results(repo_id, "main", token), claim["name"], claim["config"], claim["split"],
                               metrics, f"pull request #{pr_num}: {claim['file']}")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from small_transformer_zoo import Zoo
+from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.files import atomic_write_bytes
 
@@ -185,10 +185,12 @@ def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str) -> tupl
     return ids, predicted, np.asarray([truth[cid] for cid in ids], dtype=float)
 
 
-def score_submission(path: str | os.PathLike[str], zoo_root: str | os.PathLike[str], config: str,
+def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[str], config: str | None = None,
                      split: str = "test", thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> dict[str, Any]:
-    """Validate a submission against a zoo split and score it; the zoo must hold the split's labels."""
-    zoo = Zoo.open(zoo_root, config)
+    """Validate a submission against a zoo split and score it; the zoo (a Zoo, or a local or Hub root) must hold
+    the split's labels."""
+    zoo = as_zoo(zoo, config)
+    config = zoo.config
     _, predicted, true = check_submission(path, zoo, split)
     if true is None:
         raise SubmissionError(f"{zoo.dir}: the labels of {config}/{split} are withheld in this copy of the zoo; "

@@ -2,7 +2,7 @@
 
 from .architecture import ArchitectureSpec, ParameterInfo, mnist_spec, text_spec
 from .errors import ZooFormatError
-from .hub import DEFAULT_REPO_ID, load_dataset, resolve_zoo
+from .hub import DEFAULT_REPO_ID, as_zoo, load_dataset, open_zoo, open_zoos, resolve_zoo
 from .reader import SplitWeights, WeightSpaceDataset, Zoo
 from .splits import assign_split
 from .weight_space import (
@@ -17,7 +17,7 @@ from .writer import ZooWriter
 
 __all__ = [
     "ArchitectureSpec", "ParameterInfo", "mnist_spec", "text_spec", "ZooFormatError", "DEFAULT_REPO_ID",
-    "load_dataset", "resolve_zoo", "SplitWeights", "WeightSpaceDataset", "Zoo", "assign_split", "BlockWeights",
+    "load_dataset", "as_zoo", "open_zoo", "open_zoos", "resolve_zoo", "SplitWeights", "WeightSpaceDataset", "Zoo", "assign_split", "BlockWeights",
     "TransformerWeights", "WeightSpaceBatch", "WeightSpaceCollator", "pack_state_dict", "unpack_params",
     "ZooWriter",
 ]

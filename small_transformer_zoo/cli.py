@@ -15,17 +15,8 @@ from tqdm import tqdm
 
 from .errors import DataError, ZooFormatError
 from .manifest import package_version
-from .reader import Zoo
+from .hub import open_zoos
 from .root_card import list_configs, render_card, write_root_card
-
-
-def _zoos(root: str, config: str | None) -> list[Zoo]:
-    if config or (Path(root) / "zoo.json").is_file():
-        return [Zoo.open(root, config)]
-    configs = list_configs(root)
-    if not configs:
-        raise ZooFormatError(root, "holds no zoo config (no <config>/zoo.json)")
-    return [Zoo.open(root, c) for c in configs]
 
 
 def format_summary(summary: dict) -> str:
@@ -42,14 +33,14 @@ def format_summary(summary: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    for zoo in _zoos(args.root, args.config):
+    for zoo in open_zoos(args.root, args.config, args.revision):
         print(json.dumps(zoo.summary(), indent=2) if args.json else format_summary(zoo.summary()))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     failed = False
-    for zoo in _zoos(args.root, args.config):
+    for zoo in open_zoos(args.root, args.config, args.revision):
         bar = tqdm(total=len(zoo.manifest["shards"]), desc=f"verify {zoo.config}", unit="shard", file=sys.stderr)
         problems = zoo.verify(progress=lambda _: bar.update(1))
         bar.close()
@@ -113,6 +104,18 @@ def cmd_public_copy(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_zoo_argument(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
+    """The zoo root, the same argument in every command that reads a zoo: a local folder or a Hub dataset repo
+    id, with `--config` (optional when the root holds one config) and `--revision` (Hub only)."""
+    what = "zoo root: a local folder or a Hub dataset repo id (owner/name)"
+    if positional:
+        parser.add_argument("root", metavar="ZOO", help=what)
+    else:
+        parser.add_argument("--zoo", dest="root", metavar="ZOO", required=True, help=what)
+    parser.add_argument("--config", help="zoo config (default: every config of the root, or its only one)")
+    parser.add_argument("--revision", help="Hub branch or commit of a repo id (default: main)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
                                                              "benchmark zoos of trained transformers.")
@@ -120,25 +123,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     info = sub.add_parser("info", help="counts, configs, splits and accuracy summary of a zoo root")
-    info.add_argument("root")
-    info.add_argument("--config")
+    add_zoo_argument(info)
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
 
     verify = sub.add_parser("verify", help="check every shard's size and sha256 and the metadata's references")
-    verify.add_argument("root")
-    verify.add_argument("--config")
+    add_zoo_argument(verify)
     verify.set_defaults(func=cmd_verify)
 
     card = sub.add_parser("card", help="render the Hub dataset card (README.md) of a zoo root")
-    card.add_argument("root")
+    card.add_argument("root", help="local zoo root folder")
     card.add_argument("--print", action="store_true", help="print the card instead of writing README.md")
     card.set_defaults(func=cmd_card)
 
     push = sub.add_parser("push", help="upload a verified zoo root, card included, to a Hub dataset repo")
-    push.add_argument("root")
-    push.add_argument("repo_id")
-    push.add_argument("--private", action="store_true")
+    push.add_argument("root", help="local zoo root folder")
+    push.add_argument("repo_id", help="Hub dataset repo id, owner/name (created if needed)")
+    push.add_argument("--private", action="store_true", help="create the repo private")
     push.add_argument("--revision", help="branch to push to (default: main)")
     push.set_defaults(func=cmd_push)
 

@@ -8,6 +8,7 @@ and split are downloaded, and a second call works offline from the Hugging Face 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from .architecture import ArchitectureSpec
 from .builder import builder_for, read_root_manifest, zoo_features
 from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME
+from .reader import Zoo
 from .registry import find_local_zoo
 from .root_card import list_configs
 from .selection import where_to_json
@@ -29,6 +31,7 @@ from .splits import SPLIT_NAMES
 SHORT_NAME = "small-transformer-zoo"
 DEFAULT_REPO_ID = "small-transformer-zoo/small-transformer-zoo"
 REPO_ENV = "STZ_REPO_ID"
+HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,77 @@ def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,
         if local is not None and revision is None:
             return ZooLocation("local", str(local), config)
         text = default_repo_id()
-    if text.count("/") != 1 or text.startswith(("/", ".")) or text.endswith("/"):
+    if not HUB_REPO_ID.fullmatch(text):
         raise ZooFormatError(text, "neither a local folder nor a Hub repo id of the form 'owner/name'")
     return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
+
+
+def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
+              token: Any = None) -> list[Zoo]:
+    """The named config, or every config, of a zoo root given as a local folder (or config folder) or as a Hub
+    dataset repo id `owner/name`; from the Hub only those configs' files are fetched (into the Hugging Face cache,
+    reused offline). Every problem is a DataError naming what was asked for."""
+    text = os.fspath(name_or_path)
+    root = Path(text)
+    if root.is_dir():
+        if (root / MANIFEST_NAME).is_file():
+            zoo = Zoo(root)
+            if config not in (None, zoo.config):
+                raise ZooFormatError(root, f"is the config folder of {zoo.config!r}, not {config!r}")
+            return [zoo]
+        configs = [config] if config else list_configs(root)
+        if not configs:
+            raise ZooFormatError(root, "holds no zoo config (no <config>/zoo.json)")
+        return [Zoo.open(root, c) for c in configs]
+    if root.exists():
+        raise ZooFormatError(root, "is a file, not a zoo folder")
+    if not HUB_REPO_ID.fullmatch(text):
+        raise ZooFormatError(root, "no such folder (and not a Hub repo id of the form 'owner/name')")
+    configs = [config] if config else _hub_configs(text, revision, token)
+    return [Zoo.open(_fetch(ZooLocation("hub", f"hf://datasets/{text}", c, text, revision), token), c)
+            for c in configs]
+
+
+def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
+             token: Any = None) -> Zoo:
+    """One config of a local or Hub zoo root (`open_zoos`); `config` may be left out when the root has one."""
+    zoos = open_zoos(name_or_path, config, revision, token)
+    if len(zoos) != 1:
+        raise ZooFormatError(name_or_path, f"holds configs {[z.config for z in zoos]}; name one with --config")
+    return zoos[0]
+
+
+def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None) -> Zoo:
+    """A Zoo given itself or by root (`open_zoo`), for functions that take either."""
+    if isinstance(zoo, Zoo):
+        if config not in (None, zoo.config):
+            raise ZooFormatError(zoo.dir, f"is config {zoo.config!r}, not {config!r}")
+        return zoo
+    return open_zoo(zoo, config)
+
+
+def _hub_configs(repo_id: str, revision: str | None, token: Any) -> list[str]:
+    from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
+
+    try:
+        files = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision, token=token)
+    except (HTTPError, OSError) as exc:
+        raise ZooFormatError(repo_id, f"no such folder, and reading it as a Hub dataset repo failed "
+                                      f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    configs = sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{MANIFEST_NAME}"))
+    if not configs:
+        raise ZooFormatError(repo_id, "the Hub dataset repo holds no zoo config (no <config>/zoo.json)")
+    return configs
+
+
+def _fetch(location: ZooLocation, token: Any) -> Path:
+    from httpx2 import HTTPError
+
+    try:
+        return download_zoo(location, None, token)
+    except (HTTPError, OSError) as exc:
+        raise ZooFormatError(location.repo_id, f"fetching config {location.config!r} from the Hub failed "
+                                               f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
 
 
 def _check_split(split: str | None) -> tuple[str, ...] | None:

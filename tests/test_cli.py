@@ -98,3 +98,50 @@ def test_hub_commands_without_a_network_are_one_line(synthetic_root: Path, argv:
                           env=env, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_every_flag_has_help_and_shows_its_default() -> None:
+    import argparse
+
+    from small_transformer_zoo.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, parser in commands.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            where = f"stz {name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help, f"{where} has no help text"
+            if action.default not in (None, False) and action.option_strings:
+                assert "default" in action.help, f"{where}: help does not show the default {action.default!r}"
+
+
+def test_a_hub_repo_id_is_a_zoo_root_everywhere(hub, synthetic_root: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from nfn_baselines.leaderboard import write_submission
+    from small_transformer_zoo import Zoo
+    from small_transformer_zoo.push import push_zoo
+
+    push_zoo(synthetic_root, "cli/zoo")
+    assert main(["info", "cli/zoo"]) == 0
+    assert "config syn" in capsys.readouterr().out
+    assert main(["verify", "cli/zoo", "--config", "syn"]) == 0
+    assert "OK " in capsys.readouterr().out
+    meta = Zoo.open(synthetic_root, "syn").metadata("test")
+    ids = meta.column("checkpoint_id").to_pylist()
+    submission = write_submission(tmp_path / "p.csv", ids, meta.column("test_accuracy").to_numpy())
+    assert main(["score", str(submission), "--zoo", "cli/zoo"]) == 0  # --config left out: the root has one
+    assert "tau        1.0000" in capsys.readouterr().out
+    assert main(["info", "cli/missing"]) == 1
+    assert "reading it as a Hub dataset repo failed (RepositoryNotFoundError" in capsys.readouterr().err
+    assert main(["info", str(tmp_path / "nowhere" / "zoo" / "x")]) == 1
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_bench_takes_the_zoo_like_every_command_and_writes_beside_it(zoo_copy: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(zoo_copy), "--seeds", "1", "--epochs", "1", "--models", "mlp"]) == 0
+    assert (zoo_copy / "bench" / "syn-bench.json").is_file()
+    assert "| mlp |" in capsys.readouterr().out
+    assert main(["bench", str(zoo_copy), "--zoo", str(zoo_copy), "--models", "mlp"]) == 2
+    assert "name the zoo once" in capsys.readouterr().err
