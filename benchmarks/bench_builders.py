@@ -35,7 +35,8 @@ from builders.build import load_task_data, training_flops_per_sample
 from builders.device import choose_group_size
 from small_transformer_zoo.devices import resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
-from builders.trainer import TrainingTensors, train_group, train_groups, train_run_plain
+from builders.reference import train_run_plain
+from builders.trainer import TrainingTensors, train_group, train_groups
 from small_transformer_zoo.architecture import mnist_spec
 
 PAPER_TRAIN, PAPER_VALIDATION, PAPER_TEST = 54_000, 6_000, 10_000

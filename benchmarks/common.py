@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -15,8 +16,6 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from tests.hub_server import HubServer  # noqa: E402  (must precede any huggingface_hub import)
-
 if os.environ.get("STZ_BENCH_DIR"):
     WORK = Path(os.environ["STZ_BENCH_DIR"])
 else:
@@ -24,13 +23,24 @@ else:
     atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# huggingface_hub reads these once, at import, and the package imports it: set them before anything is imported.
+PORT = _free_port()
+os.environ.update(HF_ENDPOINT=f"http://127.0.0.1:{PORT}", HF_HUB_DISABLE_XET="1", HF_HOME=str(WORK / "hf-home"),
+                  HF_DATASETS_CACHE=str(WORK / "hf-datasets"), STZ_HOME=str(WORK / "stz-home"),
+                  HF_HUB_DISABLE_TELEMETRY="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+
+from small_transformer_zoo.testing import HubServer  # noqa: E402
+
+
 def start_hub() -> HubServer:
-    """Start the loopback Hub and point huggingface_hub at it (call before importing datasets/huggingface_hub)."""
-    hub = HubServer().__enter__()
-    os.environ.update(HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_XET="1", HF_HOME=str(WORK / "hf-home"),
-                      HF_DATASETS_CACHE=str(WORK / "hf-datasets"), STZ_HOME=str(WORK / "stz-home"),
-                      HF_HUB_DISABLE_TELEMETRY="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
-    return hub
+    """Start the loopback Hub that HF_ENDPOINT points at."""
+    return HubServer(PORT).__enter__()
 
 
 def timed(fn: Callable[[], object], repeat: int = 3) -> tuple[float, object]:

@@ -18,7 +18,6 @@ from .leaderboard import (SubmissionError, add_result, load_leaderboard, render_
                           write_submission)
 from .metrics import DEFAULT_THRESHOLDS
 from .predictors import PREDICTORS, default_predictors
-from .quickstart import register as register_quickstart
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -130,7 +129,6 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    register_quickstart(sub)
     score = sub.add_parser("score", help="validate and score a leaderboard submission (CSV or Parquet)")
     score.add_argument("submission", help="file with columns checkpoint_id, predicted_accuracy")
     add_zoo_argument(score, positional=False)

@@ -1,31 +1,39 @@
-"""Shared fixtures. The loopback Hub server starts before `huggingface_hub` is imported anywhere, because the
-library reads HF_ENDPOINT and HF_HOME once, at import time."""
+"""Shared fixtures. HF_ENDPOINT (the loopback Hub's port, chosen first) and the caches are set before
+`huggingface_hub` is imported anywhere, because the library reads them once, at import time."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.hub_server import HubServer
-
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="stz-tests-"))
-HUB = HubServer()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+_PORT = _free_port()
+os.environ.update(HF_ENDPOINT=f"http://127.0.0.1:{_PORT}", HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1",
+                  HF_HOME=str(_SESSION_DIR / "hf-home"), HF_DATASETS_CACHE=str(_SESSION_DIR / "hf-datasets"),
+                  STZ_HOME=str(_SESSION_DIR / "stz-home"))
+os.environ.pop("STZ_REPO_ID", None)
+
+from small_transformer_zoo.testing import HubServer  # noqa: E402  (imports huggingface_hub: after HF_ENDPOINT)
+
+HUB = HubServer(_PORT)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     HUB.__enter__()
-    os.environ["HF_ENDPOINT"] = HUB.endpoint
-    os.environ["HF_HUB_DISABLE_XET"] = "1"
-    os.environ["HF_HOME"] = str(_SESSION_DIR / "hf-home")
-    os.environ["HF_DATASETS_CACHE"] = str(_SESSION_DIR / "hf-datasets")
-    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-    os.environ["STZ_HOME"] = str(_SESSION_DIR / "stz-home")
-    os.environ.pop("STZ_REPO_ID", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

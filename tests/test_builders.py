@@ -18,7 +18,8 @@ from builders.batched import GroupDropout, batched_logits, packed_views
 from builders.build import load_task_data, run_build
 from builders.data import load_idx_folder, parse_idx
 from builders.grid import FAMILY, OPTIMIZERS, PAPER_GRID, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
-from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group, train_run_plain
+from builders.reference import train_run_plain
+from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.model import sinusoidal_positions

@@ -18,7 +18,7 @@ import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.splits import assign_split
-from tests.hub_server import HubServer
+from small_transformer_zoo.testing import HubServer
 from tests.test_format import rewrite_metadata
 
 

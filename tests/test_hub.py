@@ -1,4 +1,4 @@
-"""Hub loading against the loopback Hub server (tests/hub_server.py): download, offline, streaming, names."""
+"""Hub loading against the loopback Hub server (small_transformer_zoo.testing): download, offline, streaming, names."""
 
 import os
 import subprocess
@@ -12,7 +12,7 @@ import torch
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.registry import register_local_zoo
 from small_transformer_zoo.synthetic import write_synthetic_zoo
-from tests.hub_server import HubServer
+from small_transformer_zoo.testing import HubServer
 
 PROJECT = Path(__file__).resolve().parents[1]
 

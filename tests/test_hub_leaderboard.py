@@ -22,7 +22,7 @@ from small_transformer_zoo.public_copy import write_public_copy
 from small_transformer_zoo.reader import WeightSpaceDataset
 from small_transformer_zoo.weight_space import WeightSpaceCollator
 from small_transformer_zoo.writer import parquet_bytes
-from tests.hub_server import HubServer
+from small_transformer_zoo.testing import HubServer
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.original import import_original, parse_checkpoint_name
 from small_transformer_zoo.original.synthetic import write_synthetic_release
-from tests.hub_server import HubServer
+from small_transformer_zoo.testing import HubServer
 
 
 def _drop_row(csv_path: Path, epoch: str) -> str:

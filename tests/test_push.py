@@ -11,7 +11,7 @@ import torch
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.push import push_zoo
-from tests.hub_server import HubServer
+from small_transformer_zoo.testing import HubServer
 
 
 def _digests(folder: Path) -> dict[str, str]:

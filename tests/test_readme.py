@@ -7,7 +7,7 @@ import pytest
 
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.hub import DEFAULT_REPO_ID
-from tests.hub_server import HubServer
+from small_transformer_zoo.testing import HubServer
 
 PROJECT = Path(__file__).resolve().parents[1]
 README = (PROJECT / "README.md").read_text()

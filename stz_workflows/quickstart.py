@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from builders.build import config_name, run_build
+from nfn_baselines.benchmark import (load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
+                                     summarize)
+from nfn_baselines.metrics import DEFAULT_THRESHOLDS
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.plots import plot_accuracy_histogram
-
-from .benchmark import load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark, summarize
-from .metrics import DEFAULT_THRESHOLDS
 
 
 def _header(text: str) -> None:
@@ -28,8 +29,6 @@ def _header(text: str) -> None:
 
 
 def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: str = "auto") -> int:
-    from builders.build import config_name, run_build
-
     config = config_name("mnist", preset)
     _header(f"1. build the {preset} MNIST zoo from the embedded data into {out}/{config}")
     run_build("mnist", preset, out, device=device)

@@ -69,7 +69,9 @@ def _sha256(path: Path) -> str:
 class HubServer:
     """Serve `repo_id -> {revision: folder}` at http://127.0.0.1:<port>; use as a context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """`port` 0 picks a free one; choose one yourself to set `HF_ENDPOINT` before `huggingface_hub` is imported
+        (it reads the variable once, at import, and this package imports it)."""
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str, str | None]] = []
         self.storage = Path(tempfile.mkdtemp(prefix="stz-hub-"))
@@ -79,7 +81,7 @@ class HubServer:
         self.corrupt_once: set[str] = set()  # "repo/path": the next GET of it has one byte flipped (a bad transfer)
         self._snapshots = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
