@@ -16,7 +16,11 @@ MAX_PANELS = 7
 def new_figure(rows: int, columns: int, figsize: tuple[float, float]) -> tuple[Any, Any]:
     """A figure and its [rows, columns] axes, made without pyplot: no backend is chosen for the process and no
     figure stays registered anywhere (matplotlib is imported only here, when a plot is made)."""
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install matplotlib (it comes with "
+                          "small-transformer-zoo[baselines])") from None
 
     figure = Figure(figsize=figsize)
     return figure, figure.subplots(rows, columns, squeeze=False)
