@@ -27,6 +27,7 @@ from .registry import find_local_zoo
 from .root_card import list_configs
 from .selection import where_to_json
 from .splits import SPLIT_NAMES
+from .verification import check_verify_mode
 
 SHORT_NAME = "small-transformer-zoo"
 DEFAULT_REPO_ID = "small-transformer-zoo/small-transformer-zoo"
@@ -209,6 +210,7 @@ def load_dataset(
     `where`: only the checkpoints whose metadata match, e.g. `{"optimizer": "adam", "learning_rate": (1e-4, 1e-3),
     "epoch": [1, 50]}` (`small_transformer_zoo.selection`); the filter runs before any weight is read.
     """
+    check_verify_mode(verify)
     splits = _check_split(split)
     location = resolve_zoo(name_or_path, config, revision)
     if location.kind == "hub":

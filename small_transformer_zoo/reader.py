@@ -22,7 +22,7 @@ from .metadata_checks import load_checked_metadata, withheld_columns
 from .selection import normalise_where, where_mask
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, read_header
-from .verification import check_open_file
+from .verification import check_open_file, check_verify_mode
 from .weight_space import TransformerWeights
 
 Verify = Literal["once", "always", "never"]
@@ -193,6 +193,7 @@ class Zoo:
         `verify="once"` checks each shard's sha256 the first time this machine reads it (and again if the file
         changes); "always" checks every time; "never" checks size and header only.
         """
+        check_verify_mode(verify)
         table = self.metadata(split)
         tensors, offsets, total = [], {}, 0
         for relpath in self.shard_paths(split):

@@ -39,6 +39,16 @@ def _stamp(path: Path, st: os.stat_result, sha256: str) -> None:
         pass  # a read-only home only costs a re-hash next time
 
 
+VERIFY_MODES = ("once", "always", "never")
+
+
+def check_verify_mode(mode: str) -> str:
+    """`mode` if it is a verification mode; a mistyped one is an error, never a silent skip of the hash."""
+    if mode not in VERIFY_MODES:
+        raise ValueError(f"verify={mode!r}: choose one of {list(VERIFY_MODES)}")
+    return mode
+
+
 def check_open_file(handle: BinaryIO, path: str | os.PathLike[str], size: int, sha256: str,
                     mode: str = "once") -> None:
     """Raise ZooFormatError unless the open file has the manifest's size and (per `mode`) sha256.
@@ -46,6 +56,7 @@ def check_open_file(handle: BinaryIO, path: str | os.PathLike[str], size: int, s
     Everything is checked through the open handle, so what was checked is what the caller then reads or maps,
     even if the path is replaced meanwhile. "once": hash the first time this machine reads this version of the
     file (same size, mtime, ctime and inode); "always"; "never"."""
+    check_verify_mode(mode)
     path = Path(path)
     st = os.fstat(handle.fileno())
     if st.st_size != size:

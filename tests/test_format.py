@@ -266,3 +266,26 @@ def test_metadata_written_before_the_later_columns_reads_them_as_null(zoo_copy: 
     with pytest.warns(UserWarning, match="written without per-row digests, so streaming cannot check its rows"):
         streamed = list(load_dataset(str(zoo_copy), "syn", split="train", streaming=True))
     assert len(streamed) == table.num_rows
+
+
+def test_a_mistyped_verify_mode_is_an_error(synthetic_root: Path) -> None:
+    from small_transformer_zoo import load_dataset
+
+    zoo = Zoo.open(synthetic_root, "syn")
+    with pytest.raises(ValueError, match=r"verify='alwyas': choose one of \['once', 'always', 'never'\]"):
+        zoo.split_weights("train", verify="alwyas")
+    with pytest.raises(ValueError, match="verify='Always'"):
+        load_dataset(synthetic_root, "syn", split="train", verify="Always")
+
+
+def test_processes_that_read_a_zoo_exit_cleanly(synthetic_root: Path) -> None:
+    """Arrow objects collected during interpreter teardown abort about one process in two after its work (exit 134,
+    "terminate called without an active exception") unless they are collected first; the package does so at exit."""
+    import subprocess
+    import sys
+
+    code = (f"from small_transformer_zoo import Zoo; zoo = Zoo.open({str(synthetic_root)!r}, 'syn'); "
+            f"zoo.metadata('train'); zoo.split_weights('test').to_tensor()")
+    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode
+             for _ in range(6)]
+    assert codes == [0] * 6
