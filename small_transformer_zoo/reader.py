@@ -45,12 +45,12 @@ class SplitWeights:
     def rows(self, indices: Iterable[int] | np.ndarray) -> torch.Tensor:
         """Packed weights of the given metadata rows, [len(indices), n_params] (a copy)."""
         wanted = self.global_rows[np.asarray(indices, dtype=np.int64)]
+        out = _new_matrix(len(wanted), self.spec.n_params)
         if not len(wanted):
-            return torch.empty(0, self.spec.n_params)
+            return out
         if len(self.shards) == 1:
-            return self.shards[0][torch.from_numpy(wanted)]
+            return torch.index_select(self.shards[0], 0, torch.from_numpy(wanted), out=out)
         bounds = np.cumsum([0] + [s.shape[0] for s in self.shards])
-        out = torch.empty(len(wanted), self.spec.n_params)
         which = np.searchsorted(bounds, wanted, side="right") - 1
         for shard_index in np.unique(which):
             mask = which == shard_index
@@ -61,19 +61,29 @@ class SplitWeights:
     def to_tensor(self) -> torch.Tensor:
         """All packed weights of the split in metadata order, one [rows, n_params] tensor.
 
-        A multi-threaded copy out of the memory maps; measured faster than reading the files into a new tensor.
+        A copy out of the memory maps into memory allocated as `_new_matrix` says (benchmarks/bench_loading.py).
         """
-        if not self.shards:
-            return torch.empty(0, self.spec.n_params)
-        if np.array_equal(self.global_rows, np.arange(sum(s.shape[0] for s in self.shards))):
-            return self.shards[0].clone() if len(self.shards) == 1 else torch.cat(self.shards)
-        return self.rows(np.arange(len(self)))
+        total = sum(s.shape[0] for s in self.shards)
+        if not np.array_equal(self.global_rows, np.arange(total)):
+            return self.rows(np.arange(len(self)))
+        out, start = _new_matrix(total, self.spec.n_params), 0
+        for shard in self.shards:
+            out[start : start + shard.shape[0]].copy_(shard)
+            start += shard.shape[0]
+        return out
 
     def labels(self, column: str = "test_accuracy") -> torch.Tensor:
         if column in self.withheld:
             raise LabelsWithheldError(self.where, f"column {column!r} is withheld in this public copy of the zoo; "
                                                   f"its values are with the leaderboard's maintainers")
         return torch.from_numpy(self.metadata.column(column).to_numpy(zero_copy_only=False).astype(np.float32))
+
+
+def _new_matrix(rows: int, n_params: int) -> torch.Tensor:
+    """An uninitialised float32 [rows, n_params] tensor in memory that numpy allocates: numpy asks the kernel for
+    huge pages for large blocks, so filling it takes hundreds of times fewer page faults than memory from
+    `torch.empty`, and a split is copied into it at the speed of a plain read of the files."""
+    return torch.from_numpy(np.empty((rows, n_params), dtype=np.float32))
 
 
 class WeightSpaceDataset(torch.utils.data.Dataset):
