@@ -67,8 +67,8 @@ class SplitWeights:
         if not np.array_equal(self.global_rows, np.arange(total)):
             return self.rows(np.arange(len(self)))
         out, start = _new_matrix(total, self.spec.n_params), 0
-        for shard in self.shards:
-            out[start : start + shard.shape[0]].copy_(shard)
+        for shard in self.shards:  # one thread's memcpy: as fast as torch's two, and never waits for a busy core
+            np.copyto(out.numpy()[start : start + shard.shape[0]], shard.numpy())
             start += shard.shape[0]
         return out
 
