@@ -20,13 +20,13 @@ import numpy as np
 import pyarrow as pa
 from datasets.builder import Key
 from datasets.download.streaming_download_manager import StreamingDownloadManager
-from datasets.utils.file_utils import xopen
 
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME, load_manifest_text
 from .metadata import METADATA_SCHEMA
 from .metadata_checks import load_checked_metadata
+from .remote import open_hub_or_local
 from .selection import where_mask
 from .shards import read_header, read_rows, row_digest
 from .splits import SPLIT_NAMES
@@ -46,7 +46,7 @@ def read_root_manifest(root: str, config: str, download_config: Any = None) -> t
     """zoo.json of `<root>/<config>` for a local or remote (`hf://`) root."""
     url = f"{root.rstrip('/')}/{config}/{MANIFEST_NAME}"
     try:
-        with xopen(url, "rb", download_config=download_config) as handle:
+        with open_hub_or_local(url, download_config) as handle:
             raw = handle.read()
     except FileNotFoundError:
         raise ZooFormatError(url, f"unknown config {config!r}: no zoo manifest at this path") from None
@@ -110,7 +110,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
 
     def _generate_tables(self, split: str, streaming: bool, metadata: str, shards: list[str], shard_names: list[str],
                          split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
-        with xopen(metadata, "rb", download_config=download_config) as handle:
+        with open_hub_or_local(metadata, download_config) as handle:
             raw = handle.read()
         table = load_checked_metadata(raw, self.manifest["metadata"][split], split, self.manifest["splits"], metadata)
         shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
@@ -131,7 +131,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
                 continue
             positions = positions[np.argsort(row_column[positions], kind="stable")]
             rows = row_column[positions]
-            with xopen(url, "rb", download_config=download_config) as handle:
+            with open_hub_or_local(url, download_config) as handle:
                 header = read_header(handle, url)
                 if rows[0] < 0 or rows[-1] >= header.rows:
                     bad = int(positions[(rows < 0) | (rows >= header.rows)][0])

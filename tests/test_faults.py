@@ -241,6 +241,30 @@ def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: str, hub:
         Zoo.open(synthetic_root, "syn").metadata("train").column("test_accuracy").to_pylist())
 
 
+@pytest.mark.parametrize("stall", [0.2, 10.0], ids=["cut short", "stalled"])
+def test_a_stream_cut_short_or_stalled_fails_soon_naming_the_file(stall: float, hub: HubServer, synthetic_root: Path,
+                                                                  stz_home: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub that sends half a shard and then closes (or hangs) gets a few attempts with a read timeout, then a
+    ZooFormatError naming the shard; `datasets`' own reader would retry for many minutes."""
+    import small_transformer_zoo.remote as remote
+
+    monkeypatch.setattr(remote, "TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(remote, "RETRY_WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(hub, "stall_seconds", stall)
+    repo_id = f"org/stall-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    shard = "syn/weights/train-00001.safetensors"
+    hub.cut_short.add(f"{repo_id}/{shard}")
+    rows = load_dataset(repo_id, "syn", split="train", streaming=True)
+    with pytest.raises(ZooFormatError, match=rf"{shard}: reading bytes=\S+ failed after 3 attempts"):
+        list(rows)
+    hub.cut_short.discard(f"{repo_id}/{shard}")
+    got = torch.stack([torch.as_tensor(r["params"]) for r in load_dataset(repo_id, "syn", split="train",
+                                                                             streaming=True)])
+    assert torch.equal(got, _fast_path(synthetic_root))
+
+
 def _read_labelled(root: Path, read: str) -> tuple[torch.Tensor, list[float]]:
     if read == "fast path":
         weights = Zoo.open(root, "syn").split_weights("train")

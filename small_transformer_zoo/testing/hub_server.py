@@ -19,6 +19,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -79,6 +80,8 @@ class HubServer:
         self.fail_next_commit = False
         self.discussions: dict[str, list[dict[str, Any]]] = {}  # repo id -> pull requests, number i at index i-1
         self.corrupt_once: set[str] = set()  # "repo/path": the next GET of it has one byte flipped (a bad transfer)
+        self.cut_short: set[str] = set()  # "repo/path": every GET of it sends half the bytes it announced, then stalls
+        self.stall_seconds = 30.0
         self._snapshots = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
@@ -254,6 +257,16 @@ class HubServer:
                 if key in server.corrupt_once and body:
                     server.corrupt_once.discard(key)
                     body = bytes([body[0] ^ 0x01]) + body[1:]
+                if key in server.cut_short and len(body) > 1:
+                    self.send_response(status)
+                    for header, value in headers.items():
+                        self.send_header(header, value)
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    time.sleep(server.stall_seconds)  # a server that hangs mid-response
+                    self.close_connection = True
+                    return
                 self._send(status, body, headers)
 
             def do_HEAD(self) -> None:
