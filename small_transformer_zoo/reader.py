@@ -22,7 +22,7 @@ from .metadata_checks import load_checked_metadata, withheld_columns
 from .selection import normalise_where, where_mask
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, read_header
-from .verification import check_open_file, check_verify_mode
+from .verification import check_open_file, check_verify_mode, file_version
 from .weight_space import TransformerWeights
 
 Verify = Literal["once", "always", "never"]
@@ -117,6 +117,7 @@ class Zoo:
         self.config: str = self.manifest["config"]
         self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
         self._shard_info = {s["path"]: s for s in self.manifest["shards"]}
+        self._checked_metadata: dict[str, tuple[tuple[int, ...], pa.Table]] = {}
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: str | None = None) -> "Zoo":
@@ -153,11 +154,17 @@ class Zoo:
         info = self.manifest["metadata"][split]
         path = self.dir / info["path"]
         try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+            handle = open(path, "rb")
+        except (FileNotFoundError, IsADirectoryError):
             raise ZooFormatError(path, "metadata file is missing") from None
-        table = load_checked_metadata(raw, info, split, self.manifest["splits"], str(path))
+        with handle:
+            version = file_version(os.fstat(handle.fileno()))
+            cached = self._checked_metadata.get(split)
+            if cached is not None and cached[0] == version:  # this very file, unchanged since it was checked
+                return cached[1]
+            table = load_checked_metadata(handle.read(), info, split, self.manifest["splits"], str(path))
         self._check_references(table, path, split)
+        self._checked_metadata[split] = (version, table)
         return table
 
     def _check_references(self, table: pa.Table, path: Path, split: str) -> None:

@@ -21,6 +21,11 @@ def _stamp_path(path: Path) -> Path:
     return stz_home() / "verified" / key
 
 
+def file_version(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies one version of a file: any write, truncation or replacement changes it (ctime included)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def _fingerprint(path: Path, st: os.stat_result, sha256: str) -> str:
     return f"{path.resolve()}\n{st.st_size}\n{st.st_mtime_ns}\n{st.st_ctime_ns}\n{st.st_ino}\n{sha256}\n"
 

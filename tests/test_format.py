@@ -1,5 +1,6 @@
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -289,3 +290,18 @@ def test_processes_that_read_a_zoo_exit_cleanly(synthetic_root: Path) -> None:
     codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode
              for _ in range(6)]
     assert codes == [0] * 6
+
+
+def test_checked_metadata_is_reused_only_while_its_file_is_unchanged(zoo_copy: Path) -> None:
+    zoo = Zoo.open(zoo_copy, "syn")
+    first = zoo.metadata("train")
+    assert zoo.metadata("train") is first  # the same file version: checked once
+    path = zoo_copy / "syn" / zoo.manifest["metadata"]["train"]["path"]
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(path, "r+b") as handle:  # rewritten in place, same size, mtime put back: only ctime tells
+        handle.write(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(ZooFormatError, match="sha256 is .* the metadata was altered or damaged"):
+        zoo.metadata("train")
