@@ -42,18 +42,3 @@ def assign_split(run_id: str, fractions: Mapping[str, float] = DEFAULT_FRACTIONS
         if u < edge:
             return name
     return [name for name in SPLIT_NAMES if values[name] > 0][-1]
-
-
-def parse_fractions(text: str) -> dict[str, float]:
-    """Parse '70/15/15' or '0.8/0.1/0.1' (train/validation/test) into fractions."""
-    parts = text.split("/")
-    if len(parts) != 3:
-        raise ValueError(f"split fractions {text!r}: expected three numbers train/validation/test, like 70/15/15")
-    try:
-        numbers = [float(p) for p in parts]
-    except ValueError as exc:
-        raise ValueError(f"split fractions {text!r}: {exc}") from None
-    total = sum(numbers)
-    if total <= 0 or any(n < 0 for n in numbers):
-        raise ValueError(f"split fractions {text!r}: need non-negative numbers with a positive sum")
-    return check_fractions({name: n / total for name, n in zip(SPLIT_NAMES, numbers)})

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.splits import SPLIT_NAMES, assign_split, parse_fractions
+from small_transformer_zoo.splits import SPLIT_NAMES, assign_split
 from small_transformer_zoo.synthetic import write_synthetic_zoo
 
 
@@ -25,13 +25,14 @@ def test_default_fractions_are_close_to_70_15_15() -> None:
     assert abs(counts["test"] / 20_000 - 0.15) < 0.015
 
 
-def test_configurable_fractions_and_parser() -> None:
-    assert parse_fractions("80/10/10") == {"train": 0.8, "validation": 0.1, "test": 0.1}
-    counts = Counter(assign_split(f"r{i}", parse_fractions("50/0/50")) for i in range(4_000))
+def test_configurable_fractions_are_checked() -> None:
+    counts = Counter(assign_split(f"r{i}", {"train": 0.5, "validation": 0.0, "test": 0.5}) for i in range(4_000))
     assert counts["validation"] == 0 and abs(counts["train"] - 2_000) < 200
-    for bad in ("70/30", "a/b/c", "-1/1/1"):
-        with pytest.raises(ValueError, match="split fractions"):
-            parse_fractions(bad)
+    for bad in ({"train": 0.7, "test": 0.2}, {"train": 1.1, "test": -0.1}):
+        with pytest.raises(ValueError, match="split fractions must be non-negative and sum to 1"):
+            assign_split("r", bad)
+    with pytest.raises(ValueError, match="unknown split names"):
+        assign_split("r", {"train": 0.5, "holdout": 0.5})
 
 
 def test_no_run_occurs_in_two_splits_of_a_written_zoo(tmp_path: Path) -> None:
