@@ -111,10 +111,13 @@ def _new_leaderboard(hub: HubServer, name: str) -> str:
 
 def test_submit_review_merge_and_render(hub: HubServer, public_root: Path, synthetic_root: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from small_transformer_zoo.push import push_zoo
+
     repo_id = _new_leaderboard(hub, "e2e")
+    push_zoo(public_root, "board/public-zoo")  # what participants download
     good = _predictions(synthetic_root, tmp_path / "good.csv", noise=0.02)
     rough = _predictions(synthetic_root, tmp_path / "rough.csv", noise=0.3)
-    assert main(["submit", str(good), "--leaderboard", repo_id, "--zoo", str(public_root), "--config", "syn",
+    assert main(["submit", str(good), "--leaderboard", repo_id, "--zoo", "board/public-zoo",
                  "--name", "Good model"]) == 0
     out = capsys.readouterr().out
     assert "opened pull request #1" in out and "labels withheld" in out
