@@ -117,16 +117,19 @@ def open_pull_requests(repo_id: str, token: Any = None) -> list[int]:
     """Numbers of the leaderboard repo's open pull requests, oldest first."""
     from huggingface_hub import HfApi
 
-    found = _hub_call(f"listing pull requests of dataset {repo_id}", lambda: list(HfApi(token=token).get_repo_discussions(
-        repo_id, repo_type="dataset", discussion_type="pull_request", discussion_status="open")))
-    return sorted(d.num for d in found)
+    def listing() -> list[Any]:
+        return list(HfApi(token=token).get_repo_discussions(repo_id, repo_type="dataset",
+                                                            discussion_type="pull_request",
+                                                            discussion_status="open"))
+
+    return sorted(d.num for d in _hub_call(f"listing pull requests of dataset {repo_id}", listing))
 
 
 def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merge: bool = False,
            thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, token: Any = None) -> Review:
-    """Re-score pull request `pr_num` against the full zoo `zoo` (a Zoo or a root); with `merge`, add the entry to the
-    results file inside the pull request and merge it. A pull request that changes anything but one submission
-    and its claim, or whose file does not match its claim, is refused."""
+    """Re-score pull request `pr_num` against the full zoo `zoo` (a Zoo or a root); with `merge`, add the entry to
+    the results file inside the pull request and merge it. A pull request that changes anything but one
+    submission and its claim, or whose file does not match its claim, is refused."""
     from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 
     api = HfApi(token=token)
