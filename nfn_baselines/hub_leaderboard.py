@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from small_transformer_zoo import Zoo, as_zoo
-from small_transformer_zoo.errors import DataError
+from small_transformer_zoo.errors import DataError, hub_errors
 from small_transformer_zoo.manifest import package_version
 
 from .leaderboard import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
@@ -54,16 +54,9 @@ class Review:
 
 def _hub_call(what: str, call: Any, *args: Any, passthrough: type[Exception] | tuple[()] = (),
               **kwargs: Any) -> Any:
-    """Run a Hub call; a network failure or an error answer becomes one DataError naming `what` (except the
-    `passthrough` errors, which the caller handles)."""
-    from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
-
-    try:
+    """Run a Hub call inside `hub_errors(what)`."""
+    with hub_errors(what, passthrough=passthrough):
         return call(*args, **kwargs)
-    except passthrough:
-        raise
-    except (HTTPError, OSError) as exc:
-        raise DataError(f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
 
 
 def submission_path(config: str, split: str, name: str, suffix: str) -> str:

@@ -4,6 +4,8 @@ the `stz` command maps to exit code 1 (a problem in the data or files it was giv
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class DataError(ValueError):
@@ -25,3 +27,19 @@ class ZooFormatError(DataError):
 
 class LabelsWithheldError(ZooFormatError):
     """The zoo is a leaderboard's public copy: the metric columns asked for are withheld in this split."""
+
+
+@contextmanager
+def hub_errors(what: str, where: str | None = None, then: str = "",
+               passthrough: type[Exception] | tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """A network failure or an error answer of the Hub inside the block becomes one ZooFormatError,
+    `<where>: <what> failed (<type>: <message>)<then>`; `passthrough` errors reach the caller as they are."""
+    from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
+
+    try:
+        yield
+    except passthrough:
+        raise
+    except (HTTPError, OSError) as exc:
+        raise ZooFormatError(where, f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())}){then}") \
+            from None

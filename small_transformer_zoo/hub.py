@@ -20,7 +20,7 @@ from huggingface_hub import HfApi, snapshot_download
 
 from .architecture import ArchitectureSpec
 from .builder import builder_for, read_root_manifest, zoo_features
-from .errors import ZooFormatError
+from .errors import ZooFormatError, hub_errors
 from .manifest import MANIFEST_NAME
 from .reader import Zoo
 from .registry import find_local_zoo
@@ -123,13 +123,8 @@ def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None) -> Zoo:
 
 
 def _hub_configs(repo_id: str, revision: str | None, token: Any) -> list[str]:
-    from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
-
-    try:
+    with hub_errors("no such folder, and reading it as a Hub dataset repo", repo_id):
         files = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision, token=token)
-    except (HTTPError, OSError) as exc:
-        raise ZooFormatError(repo_id, f"no such folder, and reading it as a Hub dataset repo failed "
-                                      f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
     configs = sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{MANIFEST_NAME}"))
     if not configs:
         raise ZooFormatError(repo_id, "the Hub dataset repo holds no zoo config (no <config>/zoo.json)")
@@ -137,13 +132,8 @@ def _hub_configs(repo_id: str, revision: str | None, token: Any) -> list[str]:
 
 
 def _fetch(location: ZooLocation, token: Any) -> Path:
-    from httpx2 import HTTPError
-
-    try:
+    with hub_errors(f"fetching config {location.config!r} from the Hub", location.repo_id):
         return download_zoo(location, None, token)
-    except (HTTPError, OSError) as exc:
-        raise ZooFormatError(location.repo_id, f"fetching config {location.config!r} from the Hub failed "
-                                               f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
 
 
 def _check_split(split: str | None) -> tuple[str, ...] | None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ZooFormatError
+from .errors import ZooFormatError, hub_errors
 from .reader import Zoo
 from .root_card import list_configs, write_root_card
 
@@ -21,7 +21,6 @@ IGNORE = [".*", "*/.*", "*/.build/**", "*/.staging/**", "plots/**", "bench/**"]
 def push_zoo(root: str | os.PathLike[str], repo_id: str, *, token: Any = None, private: bool = False,
              revision: str | None = None, commit_message: str | None = None) -> str:
     """Verify, refresh the card, create the repo if needed and upload; returns the commit sha."""
-    from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
     from huggingface_hub import HfApi
 
     root = Path(root)
@@ -34,13 +33,10 @@ def push_zoo(root: str | os.PathLike[str], repo_id: str, *, token: Any = None, p
                                    f"{problems[0]}")
     write_root_card(root)
     api = HfApi(token=token)
-    try:
+    # No network, refused, or the Hub said no: the local zoo is untouched either way.
+    with hub_errors(f"push to dataset {repo_id}", then="; the local zoo is unchanged, run the push again"):
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         info = api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=root, revision=revision,
                                  ignore_patterns=IGNORE,
                                  commit_message=commit_message or f"Upload zoo configs {', '.join(configs)}")
-    except (HTTPError, OSError) as exc:  # no network, refused, or the Hub said no: the local zoo is untouched
-        cause = " ".join(str(exc).split())
-        raise ZooFormatError(None, f"push to dataset {repo_id} failed ({type(exc).__name__}: {cause}); the local "
-                                   f"zoo is unchanged, run the push again") from None
     return info.oid
