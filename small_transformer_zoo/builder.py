@@ -13,6 +13,7 @@ import json
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -29,8 +30,9 @@ from .metadata_checks import load_checked_metadata
 from .remote import open_hub_or_local
 from .selection import where_mask
 from .shards import read_header, read_rows, row_digest
+from .snapshot import open_snapshot
 from .splits import SPLIT_NAMES
-from .verification import check_file
+from .verification import check_open_file
 
 ROWS_PER_TABLE = 256
 
@@ -69,16 +71,29 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
 
     def __init__(self, root: str, config_name: str, *, token: Any = None, **kwargs: Any) -> None:
         self.zoo_root = str(root).rstrip("/")
-        download_config = datasets.DownloadConfig(token=token)
-        self.manifest, raw = read_root_manifest(self.zoo_root, config_name, download_config)
+        if "://" in self.zoo_root:  # streaming from the Hub, at one commit
+            self._snapshot = None
+            self.manifest, self.manifest_bytes = read_root_manifest(self.zoo_root, config_name,
+                                                                    datasets.DownloadConfig(token=token))
+        else:  # a local root (or a Hub snapshot in the cache): one version of it, its files held open
+            config_dir = Path(self.zoo_root) / config_name
+            if not (config_dir / MANIFEST_NAME).is_file():
+                raise ZooFormatError(config_dir / MANIFEST_NAME, f"unknown config {config_name!r}: no zoo manifest "
+                                                                 f"at this path")
+            self._snapshot = open_snapshot(config_dir)
+            self.manifest, self.manifest_bytes = self._snapshot.manifest, self._snapshot.raw
         self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
         splits = kwargs.get("splits")
         unknown = sorted(set(splits or ()) - set(self.manifest["metadata"]))
         if unknown:
             raise ZooFormatError(f"{self.zoo_root}/{config_name}",
                                  f"unknown split {unknown[0]!r}; this zoo has {list(self.manifest['metadata'])}")
-        super().__init__(config_name=config_name, hash=hashlib.sha256(raw).hexdigest()[:16],
+        super().__init__(config_name=config_name, hash=hashlib.sha256(self.manifest_bytes).hexdigest()[:16],
                          base_path=self.zoo_root, dataset_name="small_transformer_zoo", token=token, **kwargs)
+
+    @property
+    def wanted_splits(self) -> tuple[str, ...]:
+        return self.config.splits or tuple(s for s in SPLIT_NAMES if s in self.manifest["metadata"])
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(
@@ -87,52 +102,58 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             features=zoo_features(self.spec),
         )
 
-    def _url(self, relpath: str) -> str:
+    def _where(self, relpath: str) -> str:
+        """The file's full path or URL, for reading it and for messages."""
         return f"{self.zoo_root}/{self.manifest['config']}/{relpath}"
+
+    def _open(self, relpath: str, what: str, download_config: Any) -> Any:
+        """A file of this version: held open since the builder was made (local), or by range requests (Hub)."""
+        if self._snapshot is not None:
+            return self._snapshot.open(relpath, what)
+        return open_hub_or_local(self._where(relpath), download_config)
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
         streaming = isinstance(dl_manager, StreamingDownloadManager)
-        wanted = self.config.splits or tuple(s for s in SPLIT_NAMES if s in self.manifest["metadata"])
         generators = []
-        for split in wanted:
+        for split in self.wanted_splits:
             shards = [s for s in self.manifest["shards"] if s["split"] == split]
-            metadata_url = self._url(self.manifest["metadata"][split]["path"])
-            shard_urls = [self._url(s["path"]) for s in shards]
-            local = dl_manager.download({"metadata": metadata_url, "shards": shard_urls})
-            if not streaming and self.config.verify != "never":
-                for info, path in zip(shards, local["shards"]):
-                    check_file(path, info["bytes"], info["sha256"], self.config.verify)
+            if self._snapshot is not None and not streaming and self.config.verify != "never":
+                for info in shards:
+                    with self._snapshot.open(info["path"], "weight shard") as handle:
+                        check_open_file(handle, handle.name, info["bytes"], info["sha256"], self.config.verify)
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={
-                "split": split, "streaming": streaming, "metadata": local["metadata"], "shards": local["shards"],
-                "shard_names": [s["path"] for s in shards],
-                "split_shard_names": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
+                "split": split, "streaming": streaming, "shards": [s["path"] for s in shards],
+                "split_shards": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
         return generators
 
-    def _generate_tables(self, split: str, streaming: bool, metadata: str, shards: list[str], shard_names: list[str],
-                         split_shard_names: tuple[str, ...], download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
-        with open_hub_or_local(metadata, download_config) as handle:
+    def _generate_tables(self, split: str, streaming: bool, shards: list[str], split_shards: tuple[str, ...],
+                         download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
+        """`shards` may be this worker's part of the split's shards; `split_shards` are all of them."""
+        info = self.manifest["metadata"][split]
+        metadata = self._where(info["path"])
+        with self._open(info["path"], "metadata file", download_config) as handle:
             raw = handle.read()
-        table = load_checked_metadata(raw, self.manifest["metadata"][split], split, self.manifest["splits"], metadata)
+        table = load_checked_metadata(raw, info, split, self.manifest["splits"], metadata)
         shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
-        # `shards` may be this worker's part of the split; every name must still be one of the split's shards.
-        unknown = sorted(set(shard_column) - set(split_shard_names))
+        # Every name must be one of the split's shards, whichever part of them this worker reads.
+        unknown = sorted(set(shard_column) - set(split_shards))
         if unknown:
             raise ZooFormatError(metadata, f"column 'shard' names shards {unknown[:3]} not listed in the manifest")
         if self.config.where:
             table = table.filter(pa.array(where_mask(table, json.loads(self.config.where))))
             shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
         row_column = table.column("row").to_numpy()
-        # Each row is checked against its digest as it is read: streaming never sees a whole file, and a prepared
-        # load reads the files again after their sha256 was checked, when they may have been replaced.
+        # Each row is checked against its digest as it is read: streaming never sees a whole file, and a file may
+        # be altered in place after its sha256 was checked.
         check_rows = self.config.verify != "never" and row_checks_possible(table, metadata, streaming)
-        for shard_index, (url, name) in enumerate(zip(shards, shard_names)):
+        for shard_index, name in enumerate(shards):
             positions = np.nonzero(shard_column == name)[0]
             if positions.size == 0:
                 continue
             positions = positions[np.argsort(row_column[positions], kind="stable")]
             rows = row_column[positions]
-            with open_hub_or_local(url, download_config) as handle:
-                header = read_header(handle, url)
+            with self._open(name, "weight shard", download_config) as handle:
+                header = read_header(handle, self._where(name))
                 if rows[0] < 0 or rows[-1] >= header.rows:
                     bad = int(positions[(rows < 0) | (rows >= header.rows)][0])
                     raise ZooFormatError(metadata, f"checkpoint {table.column('checkpoint_id')[bad].as_py()!r} "

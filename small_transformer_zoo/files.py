@@ -36,7 +36,8 @@ def stz_home() -> Path:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write to a temporary name in the same folder, fsync, then rename: never a half-written file at `path`."""
+    """Write to a temporary name in the same folder, fsync, rename, fsync the folder: never a half-written file at
+    `path`, and renames reach the disk in the order they were made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -50,6 +51,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable, so that after a power cut a manifest never names a file that is lost."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:

@@ -19,9 +19,9 @@ import datasets
 from huggingface_hub import HfApi, snapshot_download
 
 from .architecture import ArchitectureSpec
-from .builder import builder_for, read_root_manifest, zoo_features
+from .builder import builder_for, zoo_features
 from .errors import ZooFormatError, hub_errors
-from .manifest import MANIFEST_NAME
+from .manifest import MANIFEST_NAME, load_manifest
 from .reader import Zoo
 from .registry import find_local_zoo
 from .root_card import list_configs
@@ -145,16 +145,20 @@ def _check_split(split: str | None) -> tuple[str, ...] | None:
 
 
 def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, token: Any = None) -> Path:
-    """Fetch only the files one config and its splits need; reuse the cache offline. Returns the local root."""
+    """Fetch the config's manifest, then only the files it names for `splits` (and its extras), both from the one
+    commit the revision points at; reuse the cache offline. Returns the local root."""
     config, wanted = location.config, splits or SPLIT_NAMES
-    patterns = [f"{config}/{MANIFEST_NAME}", f"{config}/extras/*"]
-    patterns += [f"{config}/metadata/{s}.parquet" for s in wanted]
-    patterns += [f"{config}/weights/{s}-*.safetensors" for s in wanted]
     local = Path(snapshot_download(location.repo_id, repo_type="dataset", revision=location.revision,
-                                   allow_patterns=patterns, token=token))
+                                   allow_patterns=[f"{config}/{MANIFEST_NAME}"], token=token))
     if not (local / config / MANIFEST_NAME).is_file():
         raise ZooFormatError(f"{location.repo_id}@{location.revision or 'main'}",
                              f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
+    manifest = load_manifest(local / config)
+    files = [info["path"] for split, info in manifest["metadata"].items() if split in wanted]
+    files += [info["path"] for info in manifest["shards"] if info["split"] in wanted]
+    files += [info["path"] for info in manifest.get("extras", [])]
+    snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
+                      allow_patterns=[f"{config}/{path}" for path in files], token=token)
     return local
 
 
@@ -178,6 +182,22 @@ def streaming_root(location: ZooLocation, token: Any = None) -> str:
 
 def _no_rows() -> Iterator[dict[str, Any]]:
     yield from ()
+
+
+def _prepare(builder: Any, location: ZooLocation, root: Path) -> None:
+    """`download_and_prepare`, its errors naming the file; a Hub download that fails its check leaves the cache."""
+    try:
+        try:
+            builder.download_and_prepare()
+        except datasets.exceptions.DatasetGenerationError as exc:
+            if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
+                raise exc.__cause__ from None
+            raise
+    except ZooFormatError as exc:
+        if location.kind == "hub" and evict_from_hub_cache(exc.path, root):
+            raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the next load "
+                                           f"downloads it again") from None
+        raise
 
 
 def load_dataset(
@@ -207,34 +227,17 @@ def load_dataset(
         root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
     else:
         root = str(Path(location.root).resolve())  # `datasets` reads relative paths against the root again
-    manifest, _ = read_root_manifest(root, location.config, datasets.DownloadConfig(token=token))
-    wanted = splits or tuple(s for s in SPLIT_NAMES if s in manifest["metadata"])
-    unknown = [s for s in wanted if s not in manifest["metadata"]]
-    if unknown:
-        raise ZooFormatError(f"{root}/{location.config}", f"unknown split {unknown[0]!r}; this zoo has "
-                                                          f"{list(manifest['metadata'])}")
-    filled = tuple(s for s in wanted if manifest["counts"].get(s, 0) > 0)
+    builder = builder_for(root, location.config, splits=splits, verify=verify, cache_dir=cache_dir, token=token,
+                          where=where_to_json(where))
+    manifest, wanted = builder.manifest, builder.wanted_splits
+    filled = tuple(s for s in wanted if manifest["counts"][s] > 0)
     out: dict[str, Any] = {}
-    if filled:
-        builder = builder_for(root, location.config, splits=filled, verify=verify, cache_dir=cache_dir, token=token,
-                              where=where_to_json(where))
-        if streaming:
-            out = dict(builder.as_streaming_dataset())
-        else:
-            try:
-                try:
-                    builder.download_and_prepare()
-                except datasets.exceptions.DatasetGenerationError as exc:
-                    if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
-                        raise exc.__cause__ from None
-                    raise
-            except ZooFormatError as exc:
-                if location.kind == "hub" and evict_from_hub_cache(exc.path, Path(root)):
-                    raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the "
-                                                   f"next load downloads it again") from None
-                raise
-            prepared = builder.info.splits
-            out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
+    if streaming:
+        out = {name: data for name, data in builder.as_streaming_dataset().items() if name in filled}
+    elif filled:
+        _prepare(builder, location, Path(root))
+        prepared = builder.info.splits
+        out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
     # `datasets` cannot read a split without rows back; an empty split (or selection) is still a split of the zoo.
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
     for name in wanted:

@@ -87,6 +87,8 @@ def _check_files(manifest: dict[str, Any], path: str) -> None:
                                        f"this zoo")
     for index, info in enumerate(extras):
         _check_entry(info, f"extras[{index}]", "extras/", path, rows=False)
+        if not isinstance(info.get("name", ""), str):
+            raise ZooFormatError(path, f"field 'extras[{index}].name' is {info['name']!r}, not a name")
     counts = manifest["counts"]
     if not isinstance(counts, dict):
         raise ZooFormatError(path, "field 'counts' must be an object")
@@ -128,10 +130,13 @@ def load_manifest_text(text: str | bytes, path: str) -> dict[str, Any]:
     return check_manifest(manifest, path)
 
 
-def load_manifest(config_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def read_manifest_bytes(config_dir: str | os.PathLike[str]) -> bytes:
     path = Path(config_dir) / MANIFEST_NAME
     try:
-        text = path.read_bytes()
-    except FileNotFoundError:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise ZooFormatError(path, "no zoo manifest here (is this a zoo config folder?)") from None
-    return load_manifest_text(text, str(path))
+
+
+def load_manifest(config_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    return load_manifest_text(read_manifest_bytes(config_dir), str(Path(config_dir) / MANIFEST_NAME))

@@ -19,7 +19,7 @@ from .manifest import MANIFEST_NAME
 from .metadata import METRICS
 from .reader import Zoo
 from .root_card import list_configs, write_root_card
-from .writer import parquet_bytes
+from .writer import content_addressed, parquet_bytes
 
 
 def write_public_copy(root: str | os.PathLike[str], out: str | os.PathLike[str],
@@ -58,8 +58,9 @@ def _copy_config(zoo: Zoo, target: Path, splits: Sequence[str]) -> None:
             index = table.schema.get_field_index(column)
             table = table.set_column(index, table.schema.field(index), pa.nulls(table.num_rows, pa.float64()))
         data = parquet_bytes(table)
-        atomic_write_bytes(target / info["path"], data)
-        info.update(bytes=len(data), sha256=sha256_bytes(data), withheld=list(METRICS))
+        relpath = content_addressed(f"metadata/{split}", ".parquet", data)
+        atomic_write_bytes(target / relpath, data)
+        info.update(path=relpath, bytes=len(data), sha256=sha256_bytes(data), withheld=list(METRICS))
     manifest["provenance"] = {**manifest.get("provenance", {}),
                               "public_copy_of": sha256_bytes((zoo.dir / MANIFEST_NAME).read_bytes()),
                               "withheld_splits": list(splits)}

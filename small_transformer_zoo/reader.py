@@ -17,11 +17,12 @@ from safetensors.numpy import load as safetensors_load
 from .architecture import ArchitectureSpec
 from .errors import LabelsWithheldError, ZooFormatError
 from .files import sha256_bytes
-from .manifest import MANIFEST_NAME, load_manifest
+from .manifest import MANIFEST_NAME
 from .metadata_checks import load_checked_metadata, withheld_columns
 from .selection import normalise_where, where_mask
 from .root_card import list_configs
 from .shards import ShardHeader, memmap_shard, read_header
+from .snapshot import open_snapshot
 from .verification import check_open_file, check_verify_mode, file_version
 from .weight_space import TransformerWeights
 
@@ -79,6 +80,12 @@ class SplitWeights:
         return torch.from_numpy(self.metadata.column(column).to_numpy(zero_copy_only=False).astype(np.float32))
 
 
+def extra_name(info: Mapping[str, Any]) -> str:
+    """The name an extras entry is stored under (`name`; zoos written before names were content-addressed have
+    only the file name)."""
+    return str(info.get("name") or Path(info["path"]).stem)
+
+
 def _new_matrix(rows: int, n_params: int) -> torch.Tensor:
     """An uninitialised float32 [rows, n_params] tensor in memory that numpy allocates: numpy asks the kernel for
     huge pages for large blocks, so filling it takes hundreds of times fewer page faults than memory from
@@ -109,15 +116,30 @@ class WeightSpaceDataset(torch.utils.data.Dataset):
 
 
 class Zoo:
-    """One zoo config on local disk (`<root>/<config>/`)."""
+    """One version of a zoo config on local disk (`<root>/<config>/`).
+
+    Opening it opens every file its manifest names (`snapshot`): whatever replaces the zoo afterwards, this object
+    reads the version it opened, whole, until `close()` (or garbage collection) lets the files go.
+    """
 
     def __init__(self, config_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(config_dir)
-        self.manifest = load_manifest(self.dir)
+        self._snapshot = open_snapshot(self.dir)
+        self.manifest = self._snapshot.manifest
         self.config: str = self.manifest["config"]
         self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
         self._shard_info = {s["path"]: s for s in self.manifest["shards"]}
         self._checked_metadata: dict[str, tuple[tuple[int, ...], pa.Table]] = {}
+
+    def close(self) -> None:
+        """Let the files of this version go; reading afterwards is an error."""
+        self._snapshot.close()
+
+    def __enter__(self) -> "Zoo":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: str | None = None) -> "Zoo":
@@ -153,11 +175,7 @@ class Zoo:
         self._check_split(split)
         info = self.manifest["metadata"][split]
         path = self.dir / info["path"]
-        try:
-            handle = open(path, "rb")
-        except (FileNotFoundError, IsADirectoryError):
-            raise ZooFormatError(path, "metadata file is missing") from None
-        with handle:
+        with self._snapshot.open(info["path"], "metadata file") as handle:
             version = file_version(os.fstat(handle.fileno()))
             cached = self._checked_metadata.get(split)
             if cached is not None and cached[0] == version:  # this very file, unchanged since it was checked
@@ -192,11 +210,7 @@ class Zoo:
         """A shard's header (and, with `map_rows`, its matrix memory-mapped), all through one open handle: what is
         checked against the manifest is what is mapped, even if the path is replaced meanwhile."""
         info, path = self._shard_info[relpath], self.dir / relpath
-        try:
-            handle = open(path, "rb")
-        except (FileNotFoundError, IsADirectoryError):
-            raise ZooFormatError(path, "weight shard is missing") from None
-        with handle:
+        with self._snapshot.open(relpath, "weight shard") as handle:
             check_open_file(handle, path, info["bytes"], info["sha256"], verify)
             header = read_header(handle, str(path), info["bytes"])
             if header.rows != info["rows"] or header.n_params != self.spec.n_params:
@@ -258,14 +272,12 @@ class Zoo:
         """Frozen shared tensors (the text embedding table), checked against the manifest's sha256."""
         out = {}
         for info in self.manifest.get("extras", []):
-            path = self.dir / info["path"]
-            try:
-                data = path.read_bytes()
-            except (FileNotFoundError, IsADirectoryError):
-                raise ZooFormatError(path, "extra file is missing") from None
+            with self._snapshot.open(info["path"], "extra file") as handle:
+                data = handle.read()
             if sha256_bytes(data) != info["sha256"]:
-                raise ZooFormatError(path, "sha256 differs from the manifest: the file was altered or damaged")
-            out[Path(info["path"]).stem] = safetensors_load(data)
+                raise ZooFormatError(self.dir / info["path"], "sha256 differs from the manifest: the file was "
+                                                              "altered or damaged")
+            out[extra_name(info)] = safetensors_load(data)
         return out
 
     def verify(self, progress: Callable[[str], None] | None = None) -> list[str]:

@@ -25,15 +25,17 @@ def list_configs(root: str | os.PathLike[str]) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST_NAME}"))
 
 
-def configs_yaml(configs: list[str]) -> str:
-    """The `configs:` block of a Hub dataset card, one entry per zoo config and split (JSON strings are YAML)."""
+def configs_yaml(manifests: dict[str, dict]) -> str:
+    """The `configs:` block of a Hub dataset card, one entry per zoo config and split, naming the metadata file each
+    manifest lists (JSON strings are YAML)."""
     lines = ["configs:"]
-    for config in configs:
+    for config, manifest in manifests.items():
         lines.append(f"- config_name: {json.dumps(config)}")
         lines.append("  data_files:")
         for split in SPLIT_NAMES:
-            lines.append(f"  - split: {split}")
-            lines.append(f"    path: {json.dumps(f'{config}/metadata/{split}.parquet')}")
+            if split in manifest["metadata"]:
+                lines.append(f"  - split: {split}")
+                lines.append(f"    path: {json.dumps(config + '/' + manifest['metadata'][split]['path'])}")
     return "\n".join(lines)
 
 
@@ -93,9 +95,10 @@ def render_card(root: str | os.PathLike[str]) -> str:
     root = Path(root)
     configs = list_configs(root)
     template = files("small_transformer_zoo").joinpath("dataset_card.md").read_text()
-    total = sum(json.loads((root / c / MANIFEST_NAME).read_text())["counts"]["checkpoints"] for c in configs)
+    manifests = {c: json.loads((root / c / MANIFEST_NAME).read_text()) for c in configs}
+    total = sum(manifest["counts"]["checkpoints"] for manifest in manifests.values())
     text = (template.replace("{{size_category}}", size_category(total))
-            .replace("configs:\n{{configs}}", configs_yaml(configs))
+            .replace("configs:\n{{configs}}", configs_yaml(manifests))
             .replace("{{config_table}}", config_table(root, configs) if configs else "(none yet)")
             .replace("{{fields_table}}", fields_table()))
     head, body = text.split("\n---\n", 1)

@@ -1,7 +1,9 @@
 """ZooWriter: append checkpoints, get whole safetensors shards, metadata Parquet per split and zoo.json.
 
-Every file is written under a temporary name and renamed into place, and zoo.json is written last: a folder
-whose manifest exists is a complete zoo, and a killed writer never leaves a half-written file under a final name.
+Every data file is named after its content (`weights/train-00000-<sha256 prefix>.safetensors`), written under a
+temporary name and renamed into place; zoo.json is written last, by one atomic rename. So a new version of a zoo
+never touches a file the old manifest names: until the rename the folder is the old zoo, after it the new one,
+and a writer killed at any point leaves one or the other. Files no manifest names any more are removed last.
 """
 
 from __future__ import annotations
@@ -76,9 +78,6 @@ class ZooWriter:
         self._extras: dict[str, dict[str, np.ndarray]] = {}
         self._ids: set[str] = set()
         self._closed = False
-        self._staging = self.dir / ".staging" if overwrite else self.dir
-        if overwrite and self._staging.exists():
-            shutil.rmtree(self._staging)
 
     def __enter__(self) -> "ZooWriter":
         return self
@@ -123,15 +122,19 @@ class ZooWriter:
         if not buffer:
             return
         index = sum(1 for s in self._shards if s["split"] == split)
-        relpath = f"weights/{split}-{index:05d}.safetensors"
         data = encode_shard(np.stack(buffer), self._layout, self.config)
-        atomic_write_bytes(self._staging / relpath, data)
+        relpath = self._write(f"weights/{split}-{index:05d}", ".safetensors", data)
         self._shards.append({"path": relpath, "split": split, "rows": len(buffer), "bytes": len(data),
                              "sha256": sha256_bytes(data)})
         for i, row in enumerate(self._pending_rows[split]):
             row["shard"], row["row"] = relpath, i
         self._rows[split].extend(self._pending_rows[split])
         self._buffers[split], self._pending_rows[split] = [], []
+
+    def _write(self, stem: str, suffix: str, data: bytes) -> str:
+        relpath = content_addressed(stem, suffix, data)
+        atomic_write_bytes(self.dir / relpath, data)
+        return relpath
 
     def close(self) -> dict[str, Any]:
         """Flush the last shards, write metadata, extras and finally zoo.json; returns the manifest."""
@@ -141,17 +144,15 @@ class ZooWriter:
             self._flush(split)
         metadata_files = {}
         for split in SPLIT_NAMES:
-            relpath = f"metadata/{split}.parquet"
             sink = parquet_bytes(build_table(self._rows[split]))
-            atomic_write_bytes(self._staging / relpath, sink)
+            relpath = self._write(f"metadata/{split}", ".parquet", sink)
             metadata_files[split] = {"path": relpath, "rows": len(self._rows[split]), "bytes": len(sink),
                                      "sha256": sha256_bytes(sink)}
         extras = []
         for name, tensors in sorted(self._extras.items()):
-            relpath = f"extras/{name}.safetensors"
             data = canonical_header(safetensors_save(tensors))
-            atomic_write_bytes(self._staging / relpath, data)
-            extras.append({"path": relpath, "bytes": len(data), "sha256": sha256_bytes(data),
+            relpath = self._write(f"extras/{name}", ".safetensors", data)
+            extras.append({"name": name, "path": relpath, "bytes": len(data), "sha256": sha256_bytes(data),
                            "tensors": {k: list(v.shape) for k, v in tensors.items()}})
         all_rows = [row for split in SPLIT_NAMES for row in self._rows[split]]
         manifest = {
@@ -174,10 +175,9 @@ class ZooWriter:
             "shards": self._shards,
             "extras": extras,
         }
-        atomic_write_json(self._staging / MANIFEST_NAME, manifest)
-        if self._staging != self.dir:
-            _replace_config_dir(self._staging, self.dir)
+        atomic_write_json(self.dir / MANIFEST_NAME, manifest)
         self._closed = True
+        remove_unlisted_files(self.dir, manifest)
         write_root_card(self.root)
         if self.register:
             register_local_zoo(self.config, self.root)
@@ -193,18 +193,26 @@ def parquet_bytes(table: Any) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _replace_config_dir(staging: Path, target: Path) -> None:
-    """Swap a finished staged zoo in for the old one; the old manifest goes first, so no mix is ever complete.
+def content_addressed(stem: str, suffix: str, data: bytes) -> str:
+    """The relative path a data file is stored under: its stem, the first 16 hex digits of its sha256, its suffix.
+    Equal names mean equal bytes, so writing a new version never changes a file that a reader may be reading."""
+    return f"{stem}-{sha256_bytes(data)[:16]}{suffix}"
 
-    Hidden children (`.staging`, a build's `.build` parts, an import's `.import` parts) stay: a crash in the middle
-    leaves no manifest but every part, so the rerun assembles the zoo again without redoing the work; the writer's
-    caller removes its parts once the zoo is in place."""
-    (target / MANIFEST_NAME).unlink(missing_ok=True)
-    for child in target.iterdir():
-        if not child.name.startswith("."):
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    for child in staging.iterdir():
-        if child.name != MANIFEST_NAME:
-            os.replace(child, target / child.name)
-    os.replace(staging / MANIFEST_NAME, target / MANIFEST_NAME)
-    staging.rmdir()
+
+DATA_FOLDERS = ("weights", "metadata", "extras")
+
+
+def remove_unlisted_files(config_dir: Path, manifest: Mapping[str, Any]) -> None:
+    """Remove what the manifest does not name from the data folders: an earlier version's files and a killed
+    writer's leftovers. Readers that opened the earlier version keep reading it through their open files."""
+    listed = {info["path"] for info in [*manifest["metadata"].values(), *manifest["shards"],
+                                        *manifest.get("extras", [])]}
+    for folder in DATA_FOLDERS:
+        path = config_dir / folder
+        if not path.is_dir():
+            continue
+        for child in path.iterdir():
+            if f"{folder}/{child.name}" not in listed:
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        if not any(path.iterdir()):
+            path.rmdir()

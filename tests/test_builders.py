@@ -236,27 +236,27 @@ def test_killed_build_resumes_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
-def test_a_crash_while_swapping_the_zoo_in_keeps_every_trained_part(tiny_build: Path, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import small_transformer_zoo.writer as writer
+def test_a_crash_while_putting_the_zoo_in_place_keeps_every_trained_part(tiny_build: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build fails at the rename that puts zoo.json in place: no zoo, every trained part kept, and the rerun
+    assembles the zoo without training anything again."""
+    rename = os.replace
 
-    swap = writer._replace_config_dir
+    def fail_at_the_manifest(source: str, target: str) -> None:
+        if Path(target).name == "zoo.json":
+            raise OSError("simulated crash")
+        rename(source, target)
 
-    def crash_during_swap(staging: Path, target: Path) -> None:
-        with monkeypatch.context() as patch:
-            patch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError("simulated crash")))
-            swap(staging, target)
-
-    monkeypatch.setattr(writer, "_replace_config_dir", crash_during_swap)
+    monkeypatch.setattr(os, "replace", fail_at_the_manifest)
     with pytest.raises(OSError, match="simulated crash"):
         run_build("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
     config = tmp_path / "out" / "mnist-tiny"
     assert not (config / "zoo.json").exists() and len(list((config / ".build" / "parts").glob("*.json"))) == 4
-    monkeypatch.setattr(writer, "_replace_config_dir", swap)
+    monkeypatch.setattr(os, "replace", rename)
     said: list[str] = []
     run_build("mnist", "tiny", tmp_path / "out", progress=False, log=said.append)
     assert "resuming: 16 of 16 runs already trained" in said and "training on cpu: 0 groups of up to 4 runs" in said
-    assert not (config / ".build").exists() and not (config / ".staging").exists()
+    assert not (config / ".build").exists()
     first, second = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "out", "mnist-tiny")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 

@@ -8,6 +8,7 @@ from small_transformer_zoo import Zoo
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.root_card import GENERATED_MARK, render_card
 from small_transformer_zoo.synthetic import write_synthetic_zoo
+from tests.test_format import metadata_file
 
 
 def _front_matter(text: str) -> dict:
@@ -21,7 +22,8 @@ def test_card_lists_every_config_and_split_with_real_counts(tmp_path: Path) -> N
     card = (tmp_path / "README.md").read_text()
     meta = _front_matter(card)
     assert [c["config_name"] for c in meta["configs"]] == ["alpha", "beta"]
-    assert meta["configs"][1]["data_files"][2] == {"split": "test", "path": "beta/metadata/test.parquet"}
+    assert meta["configs"][1]["data_files"][2] == {
+        "split": "test", "path": str(metadata_file(tmp_path / "beta", "test").relative_to(tmp_path))}
     assert meta["size_categories"] == ["n<1K"] and meta["license"] == "mit"
     beta = Zoo.open(tmp_path, "beta").manifest["counts"]
     assert f"| `beta` | synthetic | 18,506 | 30 | {beta['checkpoints']:,} | " \
@@ -69,7 +71,7 @@ def test_the_cards_fields_table_describes_every_parquet_column(zoo_copy: Path) -
     import pyarrow.parquet as pq
 
     card = render_card(zoo_copy)
-    schema = pq.read_schema(zoo_copy / "syn" / "metadata" / "train.parquet")
+    schema = pq.read_schema(metadata_file(zoo_copy / "syn", "train"))
     for field in schema:
         description = field.metadata[b"description"].decode()
         assert f"| `{field.name}` | {field.type} | {description} |" in card

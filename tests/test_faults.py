@@ -19,7 +19,7 @@ import torch
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.splits import assign_split
 from small_transformer_zoo.testing import HubServer
-from tests.test_format import rewrite_metadata
+from tests.test_format import metadata_file, rewrite_metadata, shard_file
 
 
 
@@ -117,10 +117,10 @@ def test_metadata_faults_fail_on_every_read_path(fault: str, read: str, zoo_copy
     """Each fault twice: the file edited alone (its sha256 no longer matches), then with the manifest rewritten to
     match it (a consistent but wrong zoo), which the value checks must catch."""
     change, consistent_error = METADATA_FAULTS[fault]
-    path = zoo_copy / "syn" / "metadata" / "train.parquet"
+    path = metadata_file(zoo_copy / "syn", "train")
     changed = change(pq.read_table(path))
     pq.write_table(changed, path)
-    with pytest.raises(ZooFormatError, match=r"train.parquet: (size is|sha256 is)"):
+    with pytest.raises(ZooFormatError, match=r"train-\w+.parquet: (size is|sha256 is)"):
         READ_PATHS[read](zoo_copy)
     if consistent_error is None:
         return  # a plausible edited value in a consistent zoo is indistinguishable from a real one
@@ -226,12 +226,13 @@ def test_intact_zoo_reads_the_same_on_every_path(synthetic_root: Path, stz_home:
     assert np.isfinite(pc.sum(table.column("test_accuracy")).as_py())
 
 
-@pytest.mark.parametrize("damaged", ["syn/weights/train-00000.safetensors", "syn/metadata/train.parquet"])
-def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: str, hub: HubServer, synthetic_root: Path,
-                                                              stz_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("damaged", [shard_file, metadata_file], ids=["shard", "metadata"])
+def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: Callable[[Path, str], Path], hub: HubServer,
+                                                              synthetic_root: Path, stz_home: Path,
+                                                              tmp_path: Path) -> None:
     repo_id = f"org/evict-{uuid.uuid4().hex[:8]}"
     hub.add_dataset(repo_id, synthetic_root)
-    hub.corrupt_once.add(f"{repo_id}/{damaged}")
+    hub.corrupt_once.add(f"{repo_id}/{damaged(synthetic_root / 'syn', 'train').relative_to(synthetic_root)}")
     cache = str(tmp_path / "datasets-cache")
     with pytest.raises(ZooFormatError, match=r"sha256 is .*removed from the Hugging Face cache"):
         load_dataset(repo_id, "syn", split="train", cache_dir=cache)
@@ -254,7 +255,7 @@ def test_a_stream_cut_short_or_stalled_fails_soon_naming_the_file(stall: float, 
     monkeypatch.setattr(hub, "stall_seconds", stall)
     repo_id = f"org/stall-{uuid.uuid4().hex[:8]}"
     hub.add_dataset(repo_id, synthetic_root)
-    shard = "syn/weights/train-00001.safetensors"
+    shard = str(shard_file(synthetic_root / "syn", "train", 1).relative_to(synthetic_root))
     hub.cut_short.add(f"{repo_id}/{shard}")
     rows = load_dataset(repo_id, "syn", split="train", streaming=True)
     with pytest.raises(ZooFormatError, match=rf"{shard}: reading bytes=\S+ failed after 3 attempts"):

@@ -172,8 +172,8 @@ def test_missing_files(zoo_copy: Path) -> None:
     path.unlink()
     with pytest.raises(ZooFormatError, match=f"{path.name}: weight shard is missing"):
         Zoo.open(zoo_copy, "syn").split_weights("train")
-    (zoo_copy / "syn" / "metadata" / "test.parquet").unlink()
-    with pytest.raises(ZooFormatError, match="test.parquet: metadata file is missing"):
+    metadata_file(zoo_copy / "syn", "test").unlink()
+    with pytest.raises(ZooFormatError, match=r"test-\w+.parquet: metadata file is missing"):
         Zoo.open(zoo_copy, "syn").metadata("test")
     (zoo_copy / "syn" / "zoo.json").unlink()
     with pytest.raises(ZooFormatError, match="unknown config 'syn'"):
@@ -190,10 +190,22 @@ def test_other_format_version(zoo_copy: Path) -> None:
         Zoo.open(zoo_copy, "syn")
 
 
+def metadata_file(config_dir: Path, split: str) -> Path:
+    """The metadata file of a split, as the manifest names it (data file names carry a content hash)."""
+    manifest = json.loads((config_dir / "zoo.json").read_text())
+    return config_dir / manifest["metadata"][split]["path"]
+
+
+def shard_file(config_dir: Path, split: str, index: int = 0) -> Path:
+    """The `index`-th weight shard of a split, as the manifest names it."""
+    manifest = json.loads((config_dir / "zoo.json").read_text())
+    return config_dir / [s for s in manifest["shards"] if s["split"] == split][index]["path"]
+
+
 def rewrite_metadata(config_dir: Path, split: str, table: pa.Table) -> None:
     """Replace a split's metadata and give the manifest its new size and sha256, as a tool that writes a
     consistent but wrong zoo would."""
-    path = config_dir / "metadata" / f"{split}.parquet"
+    path = metadata_file(config_dir, split)
     pq.write_table(table, path)
     manifest = json.loads((config_dir / "zoo.json").read_text())
     info = manifest["metadata"][split]
@@ -203,17 +215,17 @@ def rewrite_metadata(config_dir: Path, split: str, table: pa.Table) -> None:
 
 
 def test_metadata_row_past_the_shard_end(zoo_copy: Path) -> None:
-    path = zoo_copy / "syn" / "metadata" / "train.parquet"
+    path = metadata_file(zoo_copy / "syn", "train")
     table = pq.read_table(path)
     rows = table.column("row").to_pylist()
     rows[3] = 10_000
     changed = table.set_column(table.schema.get_field_index("row"), "row", pa.array(rows, pa.int64()))
     pq.write_table(changed, path)
-    with pytest.raises(ZooFormatError, match=r"train.parquet: size is \d+ bytes, the manifest says"):
+    with pytest.raises(ZooFormatError, match=r"train-\w+.parquet: size is \d+ bytes, the manifest says"):
         Zoo.open(zoo_copy, "syn").split_weights("train")
     rewrite_metadata(zoo_copy / "syn", "train", changed)
-    with pytest.raises(ZooFormatError, match=r"train.parquet: 1 rows point past their shard's end, first: checkpoint "
-                                             r"'.*' -> weights/train-\d+.safetensors row 10000"):
+    with pytest.raises(ZooFormatError, match=r"train-\w+.parquet: 1 rows point past their shard's end, "
+                                             r"first: checkpoint '.*' -> weights/train-\d+-\w+.safetensors row 10000"):
         Zoo.open(zoo_copy, "syn").split_weights("train")
 
 
@@ -255,7 +267,7 @@ def test_metadata_written_before_the_later_columns_reads_them_as_null(zoo_copy: 
     """Zoos written before `run_config` and `params_digest` load unchanged, those columns null, on every read
     path; streaming says that it cannot check their rows."""
     for split in ("train", "validation", "test"):
-        path = zoo_copy / "syn" / "metadata" / f"{split}.parquet"
+        path = metadata_file(zoo_copy / "syn", split)
         rewrite_metadata(zoo_copy / "syn", split, pq.read_table(path).drop_columns(["run_config", "params_digest"]))
     zoo = Zoo.open(zoo_copy, "syn")
     assert zoo.verify() == []

@@ -11,6 +11,7 @@ import torch
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.push import push_zoo
+from small_transformer_zoo.snapshot import manifest_files
 from small_transformer_zoo.testing import HubServer
 
 
@@ -31,6 +32,25 @@ def test_push_then_load_back_checkpoint_by_checkpoint(hub: HubServer, zoo_copy: 
     snapshot = hub.repos[repo_id].resolve("main").folder
     assert (snapshot / "README.md").read_text().startswith("---\n")
     assert not list(snapshot.rglob(".build"))
+
+
+def test_pushing_a_new_version_leaves_only_its_files_on_the_hub(hub: HubServer, tmp_path: Path) -> None:
+    """A rebuilt zoo pushed over its earlier version: the repo then holds exactly the new manifest's files (the
+    earlier version's data files are deleted in the same commit), and loads as the new version."""
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    root, repo_id = tmp_path / "zoo", f"me/versions-{uuid.uuid4().hex[:8]}"
+    write_synthetic_zoo(root, "syn", runs=6, seed=1, register=False)
+    (root / "syn" / "weights" / ".stray.tmp").write_bytes(b"a killed writer's leftover")
+    push_zoo(root, repo_id)
+    write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
+    push_zoo(root, repo_id)
+    snapshot = hub.repos[repo_id].resolve("main").folder
+    pushed = {str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file()}
+    zoo = Zoo.open(root, "syn")
+    assert pushed == {"README.md", "syn/zoo.json", *(f"syn/{p}" for p in manifest_files(zoo.manifest))}
+    remote = load_dataset(repo_id, "syn", split="train").with_format("torch")
+    assert torch.equal(remote[:]["params"], zoo.split_weights("train").to_tensor())
 
 
 def test_a_zoo_that_fails_verify_is_not_pushed(hub: HubServer, zoo_copy: Path) -> None:

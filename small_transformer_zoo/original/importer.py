@@ -132,7 +132,7 @@ def _notes(release: Release, spec: ArchitectureSpec, frozen: dict[str, Any], fil
                      f"(the released runs were trained with that head)")
     if not positions_match_model(spec, frozen[POSITIONS]):
         notes.append("the release's position table differs from this package's sinusoid; it is stored in "
-                     "extras/positions.safetensors: run these checkpoints with it")
+                     "the zoo's extras under 'positions' (`Zoo.extras()`): run these checkpoints with it")
     if files_without_row:
         notes.append(f"{files_without_row} .pt files have no CSV row (the release dropped duplicate rows) and were "
                      f"skipped")
