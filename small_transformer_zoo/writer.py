@@ -216,3 +216,5 @@ def remove_unlisted_files(config_dir: Path, manifest: Mapping[str, Any]) -> None
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         if not any(path.iterdir()):
             path.rmdir()
+    for leftover in config_dir.glob(f".{MANIFEST_NAME}.*.tmp"):  # a manifest whose writer was killed mid-write
+        leftover.unlink()

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
+from small_transformer_zoo.snapshot import manifest_files
 from small_transformer_zoo.splits import assign_split
 from small_transformer_zoo.testing import HubServer
 from tests.test_format import metadata_file, rewrite_metadata, shard_file
@@ -270,29 +271,44 @@ def _read_labelled(root: Path, read: str) -> tuple[torch.Tensor, list[float]]:
     if read == "fast path":
         weights = Zoo.open(root, "syn").split_weights("train")
         return weights.to_tensor(), weights.metadata.column("test_accuracy").to_pylist()
+    if read == "streaming":
+        rows = list(load_dataset(str(root), "syn", split="train", streaming=True).with_format("torch"))
+        return torch.stack([r["params"] for r in rows]), [float(r["test_accuracy"]) for r in rows]
     loaded = load_dataset(str(root), "syn", split="train", cache_dir=str(root.parent / "datasets-cache"))
     return loaded.with_format("torch")[:]["params"], loaded["test_accuracy"]
 
 
-@pytest.mark.parametrize("read", ["fast path", "load_dataset"])
-def test_readers_during_overwrites_get_one_version_or_an_error(read: str, tmp_path: Path, stz_home: Path) -> None:
-    """A bounded loop of in-place replacements (two versions of one config) under a concurrent reader: every read
-    returns one version whole, weights and labels together, or fails with the zoo's own error; never a mix."""
-    import threading
-
+def _two_versions(tmp_path: Path) -> dict[int, tuple[torch.Tensor, list[float]]]:
+    """Two versions of one config (seeds 1 and 2), each written to a folder of its own: weights and labels."""
     from small_transformer_zoo.synthetic import write_synthetic_zoo
 
     versions = {}
     for seed in (1, 2):
         write_synthetic_zoo(tmp_path / f"v{seed}", "syn", runs=8, seed=seed, register=False)
-        zoo = Zoo.open(tmp_path / f"v{seed}", "syn")
-        versions[seed] = (_fast_path(tmp_path / f"v{seed}"),
-                          zoo.metadata("train").column("test_accuracy").to_pylist())
+        versions[seed] = _read_labelled(tmp_path / f"v{seed}", "fast path")
+    return versions
+
+
+def _which_version(got: tuple[torch.Tensor, list[float]], versions: dict) -> int:
+    match = [seed for seed, (params, labels) in versions.items()
+             if torch.equal(got[0], params) and got[1] == pytest.approx(labels, rel=1e-6)]
+    assert match, "a read returned a mix of two versions, or neither"
+    return match[0]
+
+
+@pytest.mark.parametrize("read", ["fast path", "load_dataset", "streaming"])
+def test_readers_during_overwrites_get_one_version_whole(read: str, tmp_path: Path, stz_home: Path) -> None:
+    """A bounded loop of in-place replacements (two versions of one config) under a concurrent reader: every read
+    returns one version whole, weights and labels together, with no error at all."""
+    import threading
+
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    versions = _two_versions(tmp_path)
     root = tmp_path / "live"
     write_synthetic_zoo(root, "syn", runs=8, seed=1, register=False)
     done = threading.Event()
-    outcomes: dict[str, int] = {"version 1": 0, "version 2": 0, "clear error": 0}
-    escaped: list[BaseException] = []
+    outcomes = {1: 0, 2: 0}
 
     def rewrite() -> None:
         for i in range(30):
@@ -301,19 +317,114 @@ def test_readers_during_overwrites_get_one_version_or_an_error(read: str, tmp_pa
 
     writer = threading.Thread(target=rewrite)
     writer.start()
-    while not done.is_set() or sum(outcomes.values()) < 5:
-        try:
-            got = _read_labelled(root, read)
-        except ZooFormatError:
-            outcomes["clear error"] += 1
-            continue
-        except BaseException as exc:  # anything else escaping is a failure of the rule
-            escaped.append(exc)
+    try:
+        while not done.is_set() or sum(outcomes.values()) < 5:
+            outcomes[_which_version(_read_labelled(root, read), versions)] += 1
+    finally:
+        writer.join()
+    assert outcomes[1] + outcomes[2] >= 5, outcomes
+
+
+@pytest.mark.parametrize("read", ["Zoo", "load_dataset", "streaming"])
+def test_a_reader_opened_before_a_replace_reads_its_version_whole(read: str, tmp_path: Path, stz_home: Path) -> None:
+    """A zoo opened (a Zoo, a prepared or a streaming dataset), then replaced by a new version, whose writer
+    removes the old version's files: the reader still reads the version it opened, all of it."""
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    versions = _two_versions(tmp_path)
+    root = tmp_path / "live"
+    write_synthetic_zoo(root, "syn", runs=8, seed=1, register=False)
+    if read == "Zoo":
+        opened = Zoo.open(root, "syn")
+    else:
+        opened = load_dataset(str(root), "syn", streaming=read == "streaming",
+                              cache_dir=str(tmp_path / "datasets-cache"))
+    write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
+    old_files = {p.name for p in (tmp_path / "v1" / "syn" / "weights").iterdir()}
+    assert not old_files & {p.name for p in (root / "syn" / "weights").iterdir()}, "the old files are gone"
+    if read == "Zoo":
+        weights = opened.split_weights("train")
+        got = weights.to_tensor(), weights.metadata.column("test_accuracy").to_pylist()
+        assert opened.verify() == []
+    else:
+        rows = list(opened["train"].with_format("torch"))
+        got = torch.stack([r["params"] for r in rows]), [float(r["test_accuracy"]) for r in rows]
+    assert _which_version(got, versions) == 1
+    assert _which_version(_read_labelled(root, "fast path"), versions) == 2
+
+
+def test_a_reader_pickled_into_another_process_reopens_its_version_or_says_it_is_gone(tmp_path: Path,
+                                                                                      stz_home: Path) -> None:
+    """A Zoo travels to a worker as its manifest's bytes: unpickled, it opens that version's files again, or, when a
+    newer version has removed them, fails with ZooReplacedError instead of reading another version."""
+    import pickle
+
+    from small_transformer_zoo.snapshot import ZooReplacedError
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    versions = _two_versions(tmp_path)
+    root = tmp_path / "live"
+    write_synthetic_zoo(root, "syn", runs=8, seed=1, register=False)
+    pickled = pickle.dumps(Zoo.open(root, "syn"))
+    again = pickle.loads(pickled).split_weights("train")
+    assert _which_version((again.to_tensor(), again.metadata.column("test_accuracy").to_pylist()), versions) == 1
+    write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
+    with pytest.raises(ZooReplacedError, match=r"zoo.json: was replaced by a newer version after this reader opened "
+                                               r"it, and that version's files are gone; open it again"):
+        pickle.loads(pickled)
+
+
+KILL_AT_STEP = """
+import os, signal, sys
+from small_transformer_zoo.synthetic import write_synthetic_zoo
+step, root = int(sys.argv[1]), sys.argv[2]
+count = 0
+def counted(name):
+    real = getattr(os, name)
+    def call(*args, **kwargs):
+        global count
+        count += 1
+        if count == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    setattr(os, name, call)
+for name in ("replace", "unlink", "rmdir"):
+    counted(name)
+write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
+print(count)
+"""
+
+
+def test_a_writer_killed_at_any_step_leaves_the_old_zoo_or_the_new_one(tmp_path: Path, stz_home: Path) -> None:
+    """A real SIGKILL before each file operation (rename, unlink, rmdir) of a replace, one process per step: the
+    folder is then the old zoo or the new one, complete and verified, and a rerun leaves exactly the new one."""
+    import subprocess
+    import sys
+
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    versions = _two_versions(tmp_path)
+    project = Path(__file__).resolve().parents[1]
+    steps, seen, step = None, set(), 1
+    while steps is None or step <= steps:
+        root = tmp_path / f"kill-{step}"
+        shutil.copytree(tmp_path / "v1", root)
+        run = subprocess.run([sys.executable, "-c", KILL_AT_STEP, str(step), str(root)], cwd=project,
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "STZ_HOME": str(stz_home)})
+        if run.returncode == 0:
+            steps = step - 1 if steps is None else steps
+            assert int(run.stdout.split()[-1]) < step
+        else:
+            assert run.returncode == -9, run.stderr
+        zoo = Zoo.open(root, "syn")
+        assert zoo.verify() == []
+        seen.add(_which_version(_read_labelled(root, "fast path"), versions))
+        write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
+        assert _which_version(_read_labelled(root, "fast path"), versions) == 2
+        listed = {f"syn/{p}" for p in manifest_files(Zoo.open(root, "syn").manifest)}
+        on_disk = {str(p.relative_to(root)) for p in (root / "syn").rglob("*") if p.is_file()}
+        assert on_disk == listed | {"syn/zoo.json"}, "a rerun removes the killed writer's leftovers"
+        if run.returncode == 0 and steps == step - 1:
             break
-        match = [seed for seed, (params, labels) in versions.items()
-                 if torch.equal(got[0], params) and got[1] == pytest.approx(labels, rel=1e-6)]
-        assert match, "a read returned a mix of two versions, or neither"
-        outcomes[f"version {match[0]}"] += 1
-    writer.join()
-    assert not escaped, f"an unclear error escaped: {escaped[0]!r}"
-    assert outcomes["version 1"] + outcomes["version 2"] > 0, outcomes
+        step += 1
+    assert seen == {1, 2} and steps >= 8, (seen, steps)
