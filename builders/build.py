@@ -266,6 +266,7 @@ def _train_and_assemble(out: Path, plan: BuildPlan, runs: list[Run], mine: list[
     """The part of a build that writes (under the output's lock): train what no part holds yet, then assemble."""
     if check_output(out, plan):
         log(f"{out / plan.config} is already built with this plan; reusing it")
+        shutil.rmtree(_build_dir(out, plan.config), ignore_errors=True)  # a run killed after the zoo was in place
         return load_manifest(out / plan.config)
     parts = _build_dir(out, plan.config) / "parts"
     parts.mkdir(parents=True, exist_ok=True)

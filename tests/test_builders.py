@@ -259,6 +259,9 @@ def test_a_crash_while_putting_the_zoo_in_place_keeps_every_trained_part(tiny_bu
     assert not (config / ".build").exists()
     first, second = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "out", "mnist-tiny")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    (config / ".build" / "parts").mkdir(parents=True)  # as a build killed after its zoo was in place leaves it
+    run_build("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
+    assert not (config / ".build").exists()
 
 
 def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
