@@ -48,10 +48,10 @@ def _copy_config(zoo: Zoo, target: Path, splits: Sequence[str]) -> None:
         raise DataError(f"{zoo.dir}: fails verification, no public copy made: {problems[0]}")
     manifest = copy.deepcopy(zoo.manifest)
     for info in manifest["shards"] + manifest.get("extras", []):
-        _link_or_copy(zoo.dir / info["path"], target / info["path"])
+        _link_or_copy(zoo, info["path"], target / info["path"])
     for split, info in manifest["metadata"].items():
         if split not in splits:
-            _link_or_copy(zoo.dir / info["path"], target / info["path"])
+            _link_or_copy(zoo, info["path"], target / info["path"])
             continue
         table = zoo.metadata(split)
         for column in METRICS:
@@ -67,10 +67,17 @@ def _copy_config(zoo: Zoo, target: Path, splits: Sequence[str]) -> None:
     atomic_write_json(target / MANIFEST_NAME, manifest)
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    """A hard link where the file system allows one (the bytes are verified and never rewritten in place)."""
+def _link_or_copy(zoo: Zoo, relpath: str, target: Path) -> None:
+    """A hard link where the file system allows one (data files are named after their content and never rewritten
+    in place), else a copy from the file the zoo holds open, so a replace of the source meanwhile changes nothing."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+    with zoo.open_file(relpath) as source:
+        try:
+            os.link(zoo.dir / relpath, target)
+            if os.stat(target).st_ino == os.fstat(source.fileno()).st_ino:
+                return
+            target.unlink()  # the path holds another file than the verified one now
+        except OSError:
+            pass
+        with open(target, "wb") as sink:
+            shutil.copyfileobj(source, sink)

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +155,10 @@ class Zoo:
         if not (root / config / MANIFEST_NAME).is_file():
             raise ZooFormatError(root, f"unknown config {config!r}; configs here: {list_configs(root)}")
         return cls(root / config)
+
+    def open_file(self, relpath: str) -> BinaryIO:
+        """One of this version's files (a path the manifest names), read through the descriptor the zoo holds."""
+        return self._snapshot.open(relpath, "file")
 
     @property
     def splits(self) -> list[str]:
