@@ -20,7 +20,7 @@ HUB = start_hub()
 
 from datasets.utils.file_utils import xopen  # noqa: E402
 
-from small_transformer_zoo import load_dataset  # noqa: E402
+from small_transformer_zoo import Zoo, load_dataset  # noqa: E402
 from small_transformer_zoo.hub import ZooLocation, streaming_root  # noqa: E402
 from small_transformer_zoo.synthetic import write_synthetic_zoo  # noqa: E402
 
@@ -34,7 +34,8 @@ def main() -> None:
     write_synthetic_zoo(root, "syn", runs=24, shard_size=10, register=False)
     HUB.add_dataset("bench/stall", root)
     HUB.stall_seconds = args.stall
-    shard = "syn/weights/train-00000.safetensors"
+    manifest = Zoo.open(root, "syn").manifest
+    shard = "syn/" + next(s["path"] for s in manifest["shards"] if s["split"] == "train")
     HUB.cut_short.add(f"bench/stall/{shard}")
 
     start = time.perf_counter()
