@@ -4,7 +4,7 @@ import atexit
 import gc
 
 from .architecture import ArchitectureSpec, ParameterInfo, mnist_spec, text_spec
-from .errors import ZooFormatError
+from .errors import ZooFormatError, ZooReplacedError
 from .hub import DEFAULT_REPO_ID, as_zoo, load_dataset, open_zoo, open_zoos, resolve_zoo
 from .reader import SplitWeights, WeightSpaceDataset, Zoo
 from .splits import assign_split
@@ -19,7 +19,8 @@ from .weight_space import (
 from .writer import ZooWriter
 
 __all__ = [
-    "ArchitectureSpec", "ParameterInfo", "mnist_spec", "text_spec", "ZooFormatError", "DEFAULT_REPO_ID",
+    "ArchitectureSpec", "ParameterInfo", "mnist_spec", "text_spec", "ZooFormatError", "ZooReplacedError",
+    "DEFAULT_REPO_ID",
     "load_dataset", "as_zoo", "open_zoo", "open_zoos", "resolve_zoo", "SplitWeights", "WeightSpaceDataset", "Zoo",
     "assign_split", "BlockWeights",
     "TransformerWeights", "WeightSpaceBatch", "WeightSpaceCollator", "pack_state_dict", "unpack_params",

@@ -25,6 +25,11 @@ class ZooFormatError(DataError):
         return type(self), (self.path, self.problem)
 
 
+class ZooReplacedError(ZooFormatError):
+    """A newer version replaced the zoo, and the files of the version a reader opened are gone; opening the zoo
+    again gives the new version."""
+
+
 class LabelsWithheldError(ZooFormatError):
     """The zoo is a leaderboard's public copy: the metric columns asked for are withheld in this split."""
 

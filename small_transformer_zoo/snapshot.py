@@ -16,14 +16,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from .errors import ZooFormatError
+from .errors import ZooFormatError, ZooReplacedError
 from .manifest import MANIFEST_NAME, load_manifest_text, read_manifest_bytes
 
 OPEN_ATTEMPTS = 5
-
-
-class ZooReplacedError(ZooFormatError):
-    """The zoo was replaced by a newer version while it was being read; reading it again gives the new one."""
 
 
 class PinnedFile(io.RawIOBase):

@@ -359,7 +359,7 @@ def test_a_reader_pickled_into_another_process_reopens_its_version_or_says_it_is
     newer version has removed them, fails with ZooReplacedError instead of reading another version."""
     import pickle
 
-    from small_transformer_zoo.snapshot import ZooReplacedError
+    from small_transformer_zoo.errors import ZooReplacedError
     from small_transformer_zoo.synthetic import write_synthetic_zoo
 
     versions = _two_versions(tmp_path)
