@@ -99,7 +99,10 @@ def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, r
         raise ZooFormatError(root, "is a file, not a zoo folder")
     if not HUB_REPO_ID.fullmatch(text):
         raise ZooFormatError(root, "no such folder (and not a Hub repo id of the form 'owner/name')")
-    configs = [config] if config else _hub_configs(text, revision, token)
+    if config is None:
+        revision, configs = _hub_configs(text, revision, token)
+    else:
+        configs = [config]
     return [Zoo.open(_fetch(ZooLocation("hub", f"hf://datasets/{text}", c, text, revision), token), c)
             for c in configs]
 
@@ -122,13 +125,16 @@ def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None) -> Zoo:
     return open_zoo(zoo, config)
 
 
-def _hub_configs(repo_id: str, revision: str | None, token: Any) -> list[str]:
+def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, list[str]]:
+    """The commit `revision` points at now and the configs it holds, so that every config is fetched from it."""
     with hub_errors("no such folder, and reading it as a Hub dataset repo", repo_id):
-        files = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision, token=token)
+        api = HfApi()
+        commit = api.dataset_info(repo_id, revision=revision, token=token).sha or revision or "main"
+        files = api.list_repo_files(repo_id, repo_type="dataset", revision=commit, token=token)
     configs = sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{MANIFEST_NAME}"))
     if not configs:
         raise ZooFormatError(repo_id, "the Hub dataset repo holds no zoo config (no <config>/zoo.json)")
-    return configs
+    return commit, configs
 
 
 def _fetch(location: ZooLocation, token: Any) -> Path:
