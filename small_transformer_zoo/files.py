@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,10 +77,15 @@ class LockedError(FileExistsError):
     """Another process holds the lock of what this process was about to write."""
 
 
+_HELD: dict[str, tuple[int, int]] = {}  # lock file -> (thread holding it, how many times it entered)
+_HELD_GUARD = threading.Lock()
+
+
 @contextmanager
 def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> Iterator[None]:
     """Hold `<folder>/.<name>.lock` exclusively for the block; fail at once, naming the holder, if another process
-    has it (the lock sits beside what it guards, so replacing that folder whole keeps it).
+    or thread has it (the lock sits beside what it guards, so replacing that folder whole keeps it). The thread
+    that holds it may enter it again: a build holds it while it trains and while its `ZooWriter` writes.
 
     An advisory `flock`: released by the kernel when the holder exits, however it exits, so a killed writer never
     leaves a stale lock. The file keeps who holds it (pid, host, purpose, start) for the message.
@@ -87,20 +93,38 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> I
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f".{name}.lock"
-    handle = open(path, "a+")
-    try:
+    key, me = str(path.resolve()), threading.get_ident()
+    with _HELD_GUARD:
+        holder = _HELD.get(key)
+        if holder is not None and holder[0] != me:
+            raise LockedError(f"{folder / name} is being written by another thread of this process; wait for it or "
+                              f"choose another folder")
+        if holder is not None:
+            _HELD[key] = (me, holder[1] + 1)
+    if holder is not None:
+        try:
+            yield
+        finally:
+            with _HELD_GUARD:
+                _HELD[key] = (me, _HELD[key][1] - 1)
+        return
+    with open(path, "a+") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise LockedError(f"{folder / name} is being written by {holder}; wait for it or choose another "
+            holder_text = handle.read().strip() or "another process"
+            raise LockedError(f"{folder / name} is being written by {holder_text}; wait for it or choose another "
                               f"folder") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} ({purpose}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
-        yield
-    finally:
-        handle.close()
+        with _HELD_GUARD:
+            _HELD[key] = (me, 1)
+        try:
+            yield
+        finally:
+            with _HELD_GUARD:
+                del _HELD[key]

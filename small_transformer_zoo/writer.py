@@ -20,7 +20,7 @@ import torch
 from safetensors.numpy import save as safetensors_save
 
 from .architecture import ArchitectureSpec
-from .files import atomic_write_bytes, atomic_write_json, sha256_bytes
+from .files import atomic_write_bytes, atomic_write_json, exclusive_lock, sha256_bytes
 from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance
 from .metadata import build_table, normalise_row
 from .registry import register_local_zoo
@@ -61,10 +61,12 @@ class ZooWriter:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
         self.root, self.config, self.spec = Path(root), config, spec
         self.dir = self.root / config
-        if (self.dir / MANIFEST_NAME).exists():
-            if not overwrite:
-                raise FileExistsError(f"{self.dir / MANIFEST_NAME}: a zoo already exists here; "
-                                      f"pass overwrite=True (--overwrite) to replace it")
+        self._lock = exclusive_lock(self.root, config, "ZooWriter")
+        self._lock.__enter__()  # held until close(): no other writer may interleave its files and manifest
+        if (self.dir / MANIFEST_NAME).exists() and not overwrite:
+            self._release()
+            raise FileExistsError(f"{self.dir / MANIFEST_NAME}: a zoo already exists here; "
+                                  f"pass overwrite=True (--overwrite) to replace it")
         self.overwrite = overwrite
         self.fractions, self.split_salt = check_fractions(fractions), split_salt
         self.shard_size, self.register = shard_size, register
@@ -85,6 +87,13 @@ class ZooWriter:
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         if exc_type is None:
             self.close()
+        else:
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.__exit__(None, None, None)
 
     def add(self, weights: Mapping[str, Any] | np.ndarray | torch.Tensor, metadata: Mapping[str, Any]) -> str:
         """Append one checkpoint (a state_dict or a packed row) with its metadata; returns its checkpoint_id."""
@@ -137,9 +146,16 @@ class ZooWriter:
         return relpath
 
     def close(self) -> dict[str, Any]:
-        """Flush the last shards, write metadata, extras and finally zoo.json; returns the manifest."""
+        """Flush the last shards, write metadata, extras and finally zoo.json; returns the manifest. The writer's
+        lock is let go however this ends."""
         if self._closed:
             raise RuntimeError("ZooWriter is already closed")
+        try:
+            return self._close()
+        finally:
+            self._release()
+
+    def _close(self) -> dict[str, Any]:
         for split in SPLIT_NAMES:
             self._flush(split)
         metadata_files = {}
@@ -178,6 +194,7 @@ class ZooWriter:
         atomic_write_json(self.dir / MANIFEST_NAME, manifest)
         self._closed = True
         remove_unlisted_files(self.dir, manifest)
+        self._release()  # the zoo is in place: card and registry need no lock
         write_root_card(self.root)
         if self.register:
             register_local_zoo(self.config, self.root)

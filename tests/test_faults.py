@@ -374,6 +374,54 @@ def test_a_reader_pickled_into_another_process_reopens_its_version_or_says_it_is
         pickle.loads(pickled)
 
 
+HOLD_A_WRITER = """
+import sys, time
+from small_transformer_zoo import ZooWriter, mnist_spec
+writer = ZooWriter(sys.argv[1], "syn", mnist_spec(), overwrite=True, register=False)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_zoo_writer_on_a_config_fails_at_once_naming_the_holder(tmp_path: Path, stz_home: Path) -> None:
+    """`ZooWriter` itself holds the config's lock from its creation to `close()`: a second writer in another
+    process or another thread fails at once and the zoo is untouched; the lock is free again after a close, after
+    a failed write, and after the holder is killed."""
+    import subprocess
+    import sys
+    import threading
+
+    from small_transformer_zoo import ZooWriter, mnist_spec
+    from small_transformer_zoo.files import LockedError
+    from small_transformer_zoo.synthetic import write_synthetic_zoo
+
+    versions = _two_versions(tmp_path)
+    root = tmp_path / "live"
+    write_synthetic_zoo(root, "syn", runs=8, seed=1, register=False)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_A_WRITER, str(root)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "STZ_HOME": str(stz_home)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockedError, match=rf"syn is being written by pid {holder.pid} on .*\(ZooWriter, since"):
+            write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _which_version(_read_labelled(root, "fast path"), versions) == 1
+    first = ZooWriter(root, "syn", mnist_spec(), overwrite=True, register=False)
+    refused: list[BaseException] = []
+    other = threading.Thread(target=lambda: refused.append(pytest.raises(LockedError, ZooWriter, root, "syn",
+                                                                         mnist_spec(), overwrite=True)))
+    other.start()
+    other.join()
+    assert "another thread of this process" in str(refused[0].value)
+    with pytest.raises(ValueError, match="unknown metadata fields"):
+        with first:
+            first.add(np.zeros(18_506, np.float32), {"run_id": "x", "epoch": 1, "test_accuracy": 0.5, "bad": 1})
+    write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)  # the failed writer let go
+    assert _which_version(_read_labelled(root, "fast path"), versions) == 2
+
+
 KILL_AT_STEP = """
 import os, signal, sys
 from small_transformer_zoo.synthetic import write_synthetic_zoo
