@@ -27,7 +27,7 @@ from .errors import ZooFormatError
 from .manifest import MANIFEST_NAME, load_manifest_text
 from .metadata import METADATA_SCHEMA
 from .metadata_checks import load_checked_metadata
-from .remote import open_hub_or_local
+from .remote import content_matches, open_hub_or_local
 from .selection import where_mask
 from .shards import read_header, read_rows, row_digest
 from .snapshot import open_snapshot
@@ -52,6 +52,9 @@ def read_root_manifest(root: str, config: str, download_config: Any = None) -> t
             raw = handle.read()
     except FileNotFoundError:
         raise ZooFormatError(url, f"unknown config {config!r}: no zoo manifest at this path") from None
+    if content_matches(raw, getattr(handle, "content_address", None)) is False:
+        raise ZooFormatError(url, f"the bytes received do not match the Hub's content address "
+                                  f"{handle.content_address} (a damaged transfer); load it again")
     return load_manifest_text(raw, url), raw
 
 

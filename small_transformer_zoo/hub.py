@@ -24,6 +24,7 @@ from .errors import ZooFormatError, hub_errors
 from .manifest import MANIFEST_NAME, load_manifest
 from .reader import Zoo
 from .registry import find_local_zoo
+from .remote import content_matches
 from .root_card import list_configs
 from .selection import where_to_json
 from .splits import SPLIT_NAMES
@@ -156,9 +157,14 @@ def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, t
     config, wanted = location.config, splits or SPLIT_NAMES
     local = Path(snapshot_download(location.repo_id, repo_type="dataset", revision=location.revision,
                                    allow_patterns=[f"{config}/{MANIFEST_NAME}"], token=token))
-    if not (local / config / MANIFEST_NAME).is_file():
+    manifest_path = local / config / MANIFEST_NAME
+    if not manifest_path.is_file():
         raise ZooFormatError(f"{location.repo_id}@{location.revision or 'main'}",
                              f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
+    if content_matches(manifest_path.read_bytes(), manifest_path.resolve().name) is False:
+        evict_from_hub_cache(str(manifest_path), local)
+        raise ZooFormatError(manifest_path, "does not match its content address (a damaged download); removed "
+                                            "from the Hugging Face cache, so the next load downloads it again")
     manifest = load_manifest(local / config)
     files = [info["path"] for split, info in manifest["metadata"].items() if split in wanted]
     files += [info["path"] for info in manifest["shards"] if info["split"] in wanted]

@@ -8,6 +8,7 @@ as a failed attempt, and after `ATTEMPTS` attempts the read fails with a `ZooFor
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from typing import Any
@@ -26,6 +27,16 @@ def _reaches_end(content_range: str | None, received: int) -> bool:
     match = re.match(r"bytes (\d+)-(\d+)/(\d+)$", content_range or "")
     return bool(match) and int(match.group(2)) + 1 == int(match.group(3)) and \
         int(match.group(2)) - int(match.group(1)) + 1 == received
+
+
+def content_matches(data: bytes, address: str | None) -> bool | None:
+    """Whether `data` is the content the Hub's name for it says: an LFS file is named by its sha256, a regular file
+    by its git blob sha1 (the ETag, which also names the blob in the Hugging Face cache). None: no such name."""
+    if address is None or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", address):
+        return None
+    if len(address) == 64:
+        return hashlib.sha256(data).hexdigest() == address
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == address
 
 
 def open_hub_or_local(url: str, download_config: Any) -> Any:
@@ -55,6 +66,7 @@ class RemoteFile:
         self.headers = build_hf_headers(token=token)
         self.timeout, self.attempts = timeout or TIMEOUT_SECONDS, attempts or ATTEMPTS
         self.position = 0
+        self.content_address: str | None = None  # the Hub's name for the file's content, from its last answer
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence != 0:
@@ -97,6 +109,9 @@ class RemoteFile:
                     break
                 continue
             data = response.content
+            hub_answer = response.history[0] if response.history else response  # before any redirect to storage
+            tag = hub_answer.headers.get("X-Linked-Etag") or hub_answer.headers.get("ETag")
+            self.content_address = tag.removeprefix("W/").strip('"') if tag else None
             if response.status_code == 200:  # a server that ignores ranges sends the whole file
                 start = int(byte_range[6:].split("-")[0])
                 data = data[start:] if size < 0 else data[start : start + size]

@@ -227,7 +227,11 @@ def test_intact_zoo_reads_the_same_on_every_path(synthetic_root: Path, stz_home:
     assert np.isfinite(pc.sum(table.column("test_accuracy")).as_py())
 
 
-@pytest.mark.parametrize("damaged", [shard_file, metadata_file], ids=["shard", "metadata"])
+def _manifest_file(config_dir: Path, _: str) -> Path:
+    return config_dir / "zoo.json"
+
+
+@pytest.mark.parametrize("damaged", [shard_file, metadata_file, _manifest_file], ids=["shard", "metadata", "manifest"])
 def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: Callable[[Path, str], Path], hub: HubServer,
                                                               synthetic_root: Path, stz_home: Path,
                                                               tmp_path: Path) -> None:
@@ -235,12 +239,26 @@ def test_a_bad_hub_download_is_evicted_so_the_next_load_works(damaged: Callable[
     hub.add_dataset(repo_id, synthetic_root)
     hub.corrupt_once.add(f"{repo_id}/{damaged(synthetic_root / 'syn', 'train').relative_to(synthetic_root)}")
     cache = str(tmp_path / "datasets-cache")
-    with pytest.raises(ZooFormatError, match=r"sha256 is .*removed from the Hugging Face cache"):
+    with pytest.raises(ZooFormatError, match=r"(sha256 is|content address).*removed from the Hugging Face cache"):
         load_dataset(repo_id, "syn", split="train", cache_dir=cache)
     loaded = load_dataset(repo_id, "syn", split="train", cache_dir=cache).with_format("torch")
     assert torch.equal(loaded[:]["params"], _fast_path(synthetic_root))
     assert loaded[:]["test_accuracy"].tolist() == pytest.approx(
         Zoo.open(synthetic_root, "syn").metadata("train").column("test_accuracy").to_pylist())
+
+
+def test_a_bad_manifest_transfer_to_a_stream_is_refused(hub: HubServer, synthetic_root: Path,
+                                                         stz_home: Path) -> None:
+    """Streaming reads zoo.json by range requests, outside the Hugging Face cache: bytes that differ from the
+    file's content address on the Hub are refused, and the next stream reads the zoo."""
+    repo_id = f"org/stream-manifest-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    hub.corrupt_once.add(f"{repo_id}/syn/zoo.json")
+    with pytest.raises(ZooFormatError, match=r"syn/zoo.json: the bytes received do not match the Hub's content "
+                                             r"address [0-9a-f]{64} \(a damaged transfer\)"):
+        load_dataset(repo_id, "syn", split="train", streaming=True)
+    rows = load_dataset(repo_id, "syn", split="train", streaming=True)
+    assert torch.equal(torch.stack([torch.as_tensor(r["params"]) for r in rows]), _fast_path(synthetic_root))
 
 
 @pytest.mark.parametrize("stall", [0.2, 10.0], ids=["cut short", "stalled"])
