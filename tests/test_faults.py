@@ -15,6 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.snapshot import manifest_files
@@ -283,6 +285,42 @@ def test_a_stream_cut_short_or_stalled_fails_soon_naming_the_file(stall: float, 
     got = torch.stack([torch.as_tensor(r["params"]) for r in load_dataset(repo_id, "syn", split="train",
                                                                              streaming=True)])
     assert torch.equal(got, _fast_path(synthetic_root))
+
+
+def _damage_target(root: Path, which: int) -> Path:
+    """One of the files a read of the train split uses: its manifest, its metadata, or one of its shards."""
+    config_dir = root / "syn"
+    files = [config_dir / "zoo.json", metadata_file(config_dir, "train")]
+    files += [shard_file(config_dir, "train", i) for i in range(len(_train_shards(config_dir)))]
+    return files[which % len(files)]
+
+
+def _train_shards(config_dir: Path) -> list[dict]:
+    return [s for s in json.loads((config_dir / "zoo.json").read_text())["shards"] if s["split"] == "train"]
+
+
+@pytest.mark.parametrize("read", ["fast path", "load_dataset", "streaming"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.integers(0, 10), where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+def test_one_flipped_bit_anywhere_is_an_error_or_harmless(read: str, which: int, where: float, bit: int,
+                                                          synthetic_root: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bit flipped at a random place of a random file of the train split (manifest, metadata, a shard): each
+    read path returns exactly the intact weights, labels and ids, or fails with a ZooFormatError."""
+    work = tmp_path / uuid.uuid4().hex
+    shutil.copytree(synthetic_root, work / "zoo")
+    monkeypatch.setenv("STZ_HOME", str(work / "stz-home"))
+    intact = _read_labelled(synthetic_root, "fast path")
+    target = _damage_target(work / "zoo", which)
+    data = bytearray(target.read_bytes())
+    data[int(where * len(data))] ^= 1 << bit
+    target.write_bytes(bytes(data))
+    try:
+        got = _read_labelled(work / "zoo", read)
+    except ZooFormatError:
+        return
+    assert torch.equal(got[0], intact[0]) and got[1] == pytest.approx(intact[1], rel=1e-6), \
+        f"{target.name} byte {int(where * len(data))} bit {bit}: wrong data without an error"
 
 
 def _read_labelled(root: Path, read: str) -> tuple[torch.Tensor, list[float]]:
