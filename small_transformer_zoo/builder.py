@@ -29,7 +29,7 @@ from .metadata import METADATA_SCHEMA
 from .metadata_checks import load_checked_metadata
 from .remote import content_matches, open_hub_or_local
 from .selection import where_mask
-from .shards import read_header, read_rows, row_digest
+from .shards import check_layout, read_header, read_rows, row_digest
 from .snapshot import open_snapshot
 from .splits import SPLIT_NAMES
 from .verification import check_open_file
@@ -86,6 +86,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             self._snapshot = open_snapshot(config_dir)
             self.manifest, self.manifest_bytes = self._snapshot.manifest, self._snapshot.raw
         self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
+        self._layout = self.spec.parameters()
         splits = kwargs.get("splits")
         unknown = sorted(set(splits or ()) - set(self.manifest["metadata"]))
         if unknown:
@@ -157,6 +158,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             rows = row_column[positions]
             with self._open(name, "weight shard", download_config) as handle:
                 header = read_header(handle, self._where(name))
+                check_layout(header, self._layout, self._where(name))
                 if rows[0] < 0 or rows[-1] >= header.rows:
                     bad = int(positions[(rows < 0) | (rows >= header.rows)][0])
                     raise ZooFormatError(metadata, f"checkpoint {table.column('checkpoint_id')[bad].as_py()!r} "

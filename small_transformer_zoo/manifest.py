@@ -65,6 +65,12 @@ def check_manifest(manifest: Any, path: str) -> dict[str, Any]:
         raise ZooFormatError(path, f"field 'architecture': {exc}") from None
     if spec.n_params != manifest["n_params"]:
         raise ZooFormatError(path, f"field 'n_params' is {manifest['n_params']}, the architecture has {spec.n_params}")
+    layout = [p.to_dict() for p in spec.parameters()]
+    if manifest["parameters"] != layout:
+        stated = manifest["parameters"] if isinstance(manifest["parameters"], list) else []
+        index = next((i for i, (a, b) in enumerate(zip(stated, layout)) if a != b), min(len(stated), len(layout)))
+        raise ZooFormatError(path, f"field 'parameters' differs from the architecture's layout at entry {index} "
+                                   f"(expected {layout[index] if index < len(layout) else 'no entry'})")
     _check_files(manifest, path)
     return manifest
 

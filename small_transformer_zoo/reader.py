@@ -21,7 +21,7 @@ from .manifest import MANIFEST_NAME
 from .metadata_checks import load_checked_metadata, withheld_columns
 from .selection import normalise_where, where_mask
 from .root_card import list_configs
-from .shards import ShardHeader, memmap_shard, read_header
+from .shards import ShardHeader, check_layout, memmap_shard, read_header
 from .snapshot import open_snapshot
 from .verification import check_open_file, check_verify_mode, file_version
 from .weight_space import TransformerWeights
@@ -128,6 +128,7 @@ class Zoo:
         self.manifest = self._snapshot.manifest
         self.config: str = self.manifest["config"]
         self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
+        self._layout = self.spec.parameters()
         self._shard_info = {s["path"]: s for s in self.manifest["shards"]}
         self._checked_metadata: dict[str, tuple[tuple[int, ...], pa.Table]] = {}
 
@@ -217,6 +218,7 @@ class Zoo:
         with self._snapshot.open(relpath, "weight shard") as handle:
             check_open_file(handle, path, info["bytes"], info["sha256"], verify)
             header = read_header(handle, str(path), info["bytes"])
+            check_layout(header, self._layout, str(path))
             if header.rows != info["rows"] or header.n_params != self.spec.n_params:
                 raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
                                            f"[{info['rows']}, {self.spec.n_params}]")

@@ -45,12 +45,21 @@ def encode_shard(params: np.ndarray, layout: list[ParameterInfo], config: str) -
     """The bytes of a shard file for a [rows, n_params] float32 matrix."""
     if params.ndim != 2 or params.dtype != np.float32:
         raise ValueError(f"shard matrix must be float32 [rows, n_params], got {params.dtype} {params.shape}")
-    metadata = {
-        "format": "small-transformer-zoo",
-        "config": config,
-        "layout": json.dumps([p.to_dict() for p in layout], separators=(",", ":")),
-    }
+    metadata = {"format": "small-transformer-zoo", "config": config, "layout": layout_json(layout)}
     return canonical_header(safetensors_save({TENSOR_NAME: np.ascontiguousarray(params)}, metadata=metadata))
+
+
+def layout_json(layout: list[ParameterInfo]) -> str:
+    """The parameter layout as a shard's header stores it (names, shapes, offsets in the packed row)."""
+    return json.dumps([p.to_dict() for p in layout], separators=(",", ":"))
+
+
+def check_layout(header: ShardHeader, layout: list[ParameterInfo], path: str) -> None:
+    """The layout a shard's header states, where it states one, must be the architecture's."""
+    stated = header.metadata.get("layout")
+    if stated is not None and stated != layout_json(layout):
+        raise ZooFormatError(path, "the parameter layout in the safetensors header differs from the manifest's "
+                                   "architecture")
 
 
 def row_digest(row: np.ndarray) -> str:

@@ -155,6 +155,8 @@ MANIFEST_FAULTS = {
     "shards not a list": (lambda m: m.__setitem__("shards", {"a": 1}), r"'shards' and 'extras' must be lists"),
     "metadata entry not an object": (lambda m: m["metadata"].__setitem__("train", 3), r"'metadata.train' must be"),
     "unknown split": (lambda m: m["metadata"].__setitem__("dev", m["metadata"]["train"]), r"names split 'dev'"),
+    "parameter layout edited": (lambda m: m["parameters"][3].__setitem__("offset", m["parameters"][3]["offset"] + 1),
+                                r"field 'parameters' differs from the architecture's layout at entry 3"),
 }
 
 
@@ -207,6 +209,8 @@ HEADER_FAULTS = {
                       r"entries \['x'\] besides 'params'"),
     "shape as floats": (lambda h: h["params"].__setitem__("shape", [float(s) for s in h["params"]["shape"]]),
                         r"must be F32 \[rows, n_params\]"),
+    "layout edited": (lambda h: h["__metadata__"].__setitem__("layout", h["__metadata__"]["layout"].replace(
+        '"offset":0', '"offset":1', 1)), r"parameter layout in the safetensors header differs"),
 }
 
 
