@@ -295,7 +295,8 @@ def test_bad_build_input_fails_before_training(tiny_build: Path, tmp_path: Path)
     other = tmp_path / "other"
     (other / "mnist-tiny").mkdir(parents=True)
     manifest["architecture"]["d_mlp"] = 128
-    manifest["n_params"] = ArchitectureSpec.from_dict(manifest["architecture"]).n_params
+    wider = ArchitectureSpec.from_dict(manifest["architecture"])
+    manifest["n_params"], manifest["parameters"] = wider.n_params, [p.to_dict() for p in wider.parameters()]
     (other / "mnist-tiny" / "zoo.json").write_text(json.dumps(manifest))
     with pytest.raises(ZooFormatError, match="holds a zoo of another architecture"):
         run_build("mnist", "tiny", other, log=quiet)
