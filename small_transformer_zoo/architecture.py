@@ -29,6 +29,12 @@ class ParameterInfo:
         return {"name": self.name, "shape": list(self.shape), "offset": self.offset}
 
 
+# Bounds on every dimension, far above any zoo's, so that a damaged manifest cannot ask for a model of 10^40 blocks.
+DIMENSION_LIMITS = {"num_classes": 1 << 16, "d_model": 1 << 14, "num_heads": 1 << 10, "d_head": 1 << 14,
+                    "d_mlp": 1 << 16, "num_blocks": 1 << 10, "image_size": 1 << 14, "in_channels": 1 << 10,
+                    "patch_size": 1 << 14, "vocab_size": 1 << 24, "max_length": 1 << 20}
+
+
 @dataclass(frozen=True)
 class ArchitectureSpec:
     """Dimensions of one zoo's transformer (docs/design.md section 2); the defaults are the paper's."""
@@ -49,8 +55,15 @@ class ArchitectureSpec:
     def __post_init__(self) -> None:
         if self.modality not in ("vision", "text"):
             raise ValueError(f"architecture field 'modality' must be 'vision' or 'text', got {self.modality!r}")
-        for name in ("num_classes", "d_model", "num_heads", "d_head", "d_mlp", "num_blocks"):
-            if int(getattr(self, name)) < 1:
+        for name, limit in DIMENSION_LIMITS.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+                raise ValueError(f"architecture field {name!r} must be a whole number from 0 to {limit:,}, "
+                                 f"got {value!r}")
+        needed = ("num_classes", "d_model", "num_heads", "d_head", "d_mlp", "num_blocks")
+        needed += ("image_size", "in_channels", "patch_size") if self.modality == "vision" else ()
+        for name in needed:
+            if getattr(self, name) < 1:
                 raise ValueError(f"architecture field {name!r} must be positive, got {getattr(self, name)!r}")
         if self.modality == "vision" and self.image_size % self.patch_size:
             raise ValueError(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")

@@ -107,8 +107,8 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         )
 
     def _where(self, relpath: str) -> str:
-        """The file's full path or URL, for reading it and for messages."""
-        return f"{self.zoo_root}/{self.manifest['config']}/{relpath}"
+        """The file's full path or URL (in the config's folder, whatever name its manifest gives the config)."""
+        return f"{self.zoo_root}/{self.config.name}/{relpath}"
 
     def _open(self, relpath: str, what: str, download_config: Any) -> Any:
         """A file of this version: held open since the builder was made (local), or by range requests (Hub)."""

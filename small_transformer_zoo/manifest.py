@@ -13,7 +13,7 @@ from typing import Any
 
 from .architecture import ArchitectureSpec
 from .errors import ZooFormatError
-from .splits import SPLIT_NAMES
+from .splits import SPLIT_NAMES, check_fractions
 
 FORMAT_NAME = "small-transformer-zoo"
 FORMAT_VERSION = 1
@@ -53,7 +53,7 @@ def check_manifest(manifest: Any, path: str) -> dict[str, Any]:
     if manifest.get("format") != FORMAT_NAME:
         raise ZooFormatError(path, f"field 'format' is {manifest.get('format')!r}, expected {FORMAT_NAME!r}")
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise ZooFormatError(path, f"field 'format_version' is {version!r}; this package reads format version "
                                    f"{FORMAT_VERSION} (upgrade small-transformer-zoo for newer zoos)")
     missing = [key for key in REQUIRED_KEYS if key not in manifest]
@@ -66,13 +66,56 @@ def check_manifest(manifest: Any, path: str) -> dict[str, Any]:
     if spec.n_params != manifest["n_params"]:
         raise ZooFormatError(path, f"field 'n_params' is {manifest['n_params']}, the architecture has {spec.n_params}")
     layout = [p.to_dict() for p in spec.parameters()]
-    if manifest["parameters"] != layout:
+    if json.dumps(manifest["parameters"]) != json.dumps(layout):  # as text: `true` is not the number 1
         stated = manifest["parameters"] if isinstance(manifest["parameters"], list) else []
         index = next((i for i, (a, b) in enumerate(zip(stated, layout)) if a != b), min(len(stated), len(layout)))
         raise ZooFormatError(path, f"field 'parameters' differs from the architecture's layout at entry {index} "
                                    f"(expected {layout[index] if index < len(layout) else 'no entry'})")
+    _check_split_rule(manifest["splits"], path)
+    _check_descriptions(manifest, path)
     _check_files(manifest, path)
     return manifest
+
+
+def _check_split_rule(rule: Any, path: str) -> None:
+    """`splits`: by run id, a salt, fractions that are numbers summing to 1 (metadata checks assign runs with it)."""
+    if not isinstance(rule, dict) or rule.get("by") != "run_id" or not isinstance(rule.get("salt"), str):
+        raise ZooFormatError(path, f"field 'splits' must be {{'by': 'run_id', 'salt': <text>, 'fractions': {{...}}}}, "
+                                   f"got {_short(rule)}")
+    fractions = rule.get("fractions")
+    if not isinstance(fractions, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in fractions.values()):
+        raise ZooFormatError(path, f"field 'splits.fractions' must map split names to numbers, got {_short(fractions)}")
+    try:
+        check_fractions(fractions)
+    except ValueError as exc:
+        raise ZooFormatError(path, f"field 'splits.fractions': {exc}") from None
+
+
+def _check_descriptions(manifest: dict[str, Any], path: str) -> None:
+    """The fields that describe the zoo have their types (readers and the card print them)."""
+    config = manifest["config"]
+    if not isinstance(config, str) or not config or "/" in config or config.startswith("."):
+        raise ZooFormatError(path, f"field 'config' is {_short(config)}, not a plain config name")
+    for field, types in (("task", (dict, type(None))), ("provenance", dict), ("grid", (dict, type(None)))):
+        if field in manifest and not isinstance(manifest[field], types):
+            raise ZooFormatError(path, f"field {field!r} is {_short(manifest[field])}, not an object")
+    for field, expected in (("dtype", "float32"), ("layout", "packed")):
+        if manifest.get(field, expected) != expected:
+            raise ZooFormatError(path, f"field {field!r} is {_short(manifest[field])}; this format stores "
+                                       f"{expected!r}")
+    epochs = manifest.get("checkpoint_epochs")
+    if epochs is not None and (not isinstance(epochs, list) or not all(e == "best" or _is_count(e) for e in epochs)):
+        raise ZooFormatError(path, f"field 'checkpoint_epochs' is {_short(epochs)}, not a list of epochs and 'best'")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_files(manifest: dict[str, Any], path: str) -> None:
@@ -88,7 +131,7 @@ def _check_files(manifest: dict[str, Any], path: str) -> None:
         raise ZooFormatError(path, "fields 'shards' and 'extras' must be lists")
     for index, info in enumerate(shards):
         _check_entry(info, f"shards[{index}]", "weights/", path, rows=True)
-        if info.get("split") not in metadata:
+        if not isinstance(info.get("split"), str) or info["split"] not in metadata:
             raise ZooFormatError(path, f"field 'shards[{index}].split' is {info.get('split')!r}, not a split of "
                                        f"this zoo")
     for index, info in enumerate(extras):
@@ -96,13 +139,17 @@ def _check_files(manifest: dict[str, Any], path: str) -> None:
         if not isinstance(info.get("name", ""), str):
             raise ZooFormatError(path, f"field 'extras[{index}].name' is {info['name']!r}, not a name")
     counts = manifest["counts"]
-    if not isinstance(counts, dict):
-        raise ZooFormatError(path, "field 'counts' must be an object")
+    if not isinstance(counts, dict) or not all(_is_count(counts.get(k)) for k in ("checkpoints", "runs")):
+        raise ZooFormatError(path, f"field 'counts' must be an object with counts of checkpoints and runs, got "
+                                   f"{_short(counts)}")
     for split, info in metadata.items():
         in_shards = sum(s["rows"] for s in shards if s["split"] == split)
-        if counts.get(split) != info["rows"] or in_shards != info["rows"]:
+        if not _is_count(counts.get(split)) or counts[split] != info["rows"] or in_shards != info["rows"]:
             raise ZooFormatError(path, f"split {split!r}: counts says {counts.get(split)!r}, its metadata "
                                        f"{info['rows']} rows, its shards {in_shards} rows; they must agree")
+    if counts["checkpoints"] != sum(info["rows"] for info in metadata.values()):
+        raise ZooFormatError(path, f"field 'counts.checkpoints' is {counts['checkpoints']}, the splits' metadata "
+                                   f"hold {sum(info['rows'] for info in metadata.values())} rows")
 
 
 def _check_entry(info: Any, field: str, folder: str, path: str, *, rows: bool) -> None:
@@ -114,7 +161,7 @@ def _check_entry(info: Any, field: str, folder: str, path: str, *, rows: bool) -
                                    f"config folder")
     for key in ("bytes", "rows") if rows else ("bytes",):
         value = info.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_COUNT:
+        if not _is_count(value):
             raise ZooFormatError(path, f"field '{field}.{key}' is {value!r}, not a count")
     digest = info.get("sha256")
     if not isinstance(digest, str) or not SHA256.fullmatch(digest):

@@ -327,6 +327,49 @@ def test_one_flipped_bit_anywhere_is_an_error_or_harmless(read: str, which: int,
         f"{target.name} byte {int(where * len(data))} bit {bit}: wrong data without an error"
 
 
+def _manifest_fields(value: object, prefix: tuple = ()) -> list[tuple]:
+    """Paths of a manifest's fields (the first two entries of each list)."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += _manifest_fields(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value[:2]):
+            found += _manifest_fields(child, (*prefix, index))
+    return found
+
+
+WRONG_VALUES = [None, -1, 0, True, 1e308, 10**40, "x", "../../etc/passwd", [], [1, 2], {}, {"a": 1}]
+
+
+@pytest.mark.parametrize("read", ["fast path", "load_dataset", "streaming"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_manifest_field_with_a_wrong_value_is_an_error_or_harmless(read: str, data: st.DataObject,
+                                                                       synthetic_root: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any field of zoo.json given a wrong type or value (null, negative, text, lists, objects, huge numbers, a
+    path out of the zoo): each read path returns the intact train split or fails with a ZooFormatError, never a
+    traceback of another kind and never other data."""
+    manifest = json.loads((synthetic_root / "syn" / "zoo.json").read_text())
+    field = data.draw(st.sampled_from(_manifest_fields(manifest)), label="field")
+    wrong = data.draw(st.sampled_from(WRONG_VALUES), label="value")
+    node = manifest
+    for key in field[:-1]:
+        node = node[key]
+    node[field[-1]] = wrong
+    work = tmp_path / uuid.uuid4().hex
+    shutil.copytree(synthetic_root, work / "zoo")
+    monkeypatch.setenv("STZ_HOME", str(work / "stz-home"))
+    (work / "zoo" / "syn" / "zoo.json").write_text(json.dumps(manifest))
+    intact = _read_labelled(synthetic_root, "fast path")
+    try:
+        got = _read_labelled(work / "zoo", read)
+    except ZooFormatError:
+        return
+    assert torch.equal(got[0], intact[0]) and got[1] == pytest.approx(intact[1], rel=1e-6), field
+
+
 def _read_labelled(root: Path, read: str) -> tuple[torch.Tensor, list[float]]:
     if read == "fast path":
         weights = Zoo.open(root, "syn").split_weights("train")
