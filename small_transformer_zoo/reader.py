@@ -312,6 +312,9 @@ class Zoo:
             for run in sorted(runs & set(seen))[:3]:
                 problems.append(f"run {run!r} occurs in splits {seen[run]!r} and {split!r}")
             seen.update(dict.fromkeys(runs, split))
+        if len(runs_by_split) == len(self.splits) and len(seen) != self.manifest["counts"]["runs"]:
+            problems.append(f"{self.dir / MANIFEST_NAME}: field 'counts.runs' is {self.manifest['counts']['runs']}, "
+                            f"the metadata hold {len(seen)} runs")
         return problems
 
     def summary(self) -> dict[str, Any]:

@@ -169,6 +169,14 @@ def test_malformed_manifests_are_clear_errors(fault: str, zoo_copy: Path, stz_ho
             read(zoo_copy)
 
 
+def test_verify_counts_the_runs(zoo_copy: Path, stz_home: Path) -> None:
+    """The run count is not needed to read a split, so reads take it as it is; `stz verify` counts the runs."""
+    runs = Zoo.open(zoo_copy, "syn").manifest["counts"]["runs"]
+    _edit_manifest(zoo_copy, lambda m: m["counts"].__setitem__("runs", runs + 1))
+    assert Zoo.open(zoo_copy, "syn").verify() == [f"{zoo_copy / 'syn' / 'zoo.json'}: field 'counts.runs' is "
+                                                  f"{runs + 1}, the metadata hold {runs} runs"]
+
+
 def test_deeply_nested_or_invalid_json_manifest(zoo_copy: Path, stz_home: Path) -> None:
     (zoo_copy / "syn" / "zoo.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ZooFormatError, match="zoo.json: manifest is not valid JSON"):
