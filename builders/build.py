@@ -190,16 +190,17 @@ def assemble(out: Path, plan: BuildPlan, runs: list[Run], part_dirs: list[Path],
         devices |= used
     checkpoints.sort(key=lambda c: (c.run.run_id, c.is_best, c.epoch))
     task = {"name": plan.task, "source": data.source, "description": get_task(plan.task).description}
-    writer = ZooWriter(out, plan.config, spec, task=task,
-                       provenance={"build_plan": plan.to_dict(), "devices": sorted(devices)},
-                       grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
-                       shard_size=shard_size, overwrite=True)
-    if data.embedding is not None:
-        writer.add_extra("embedding", {"table": data.embedding})
-    for c in checkpoints:
-        writer.add(c.params, {"run_id": c.run.run_id, "epoch": c.epoch, "is_best": c.is_best, "diverged": c.diverged,
-                              **{k: v for k, v in c.run.hyperparameters().items()}, **c.metrics})
-    return writer.close()
+    with ZooWriter(out, plan.config, spec, task=task,
+                   provenance={"build_plan": plan.to_dict(), "devices": sorted(devices)},
+                   grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
+                   shard_size=shard_size, overwrite=True) as writer:
+        if data.embedding is not None:
+            writer.add_extra("embedding", {"table": data.embedding})
+        for c in checkpoints:
+            writer.add(c.params, {"run_id": c.run.run_id, "epoch": c.epoch, "is_best": c.is_best,
+                                  "diverged": c.diverged, **{k: v for k, v in c.run.hyperparameters().items()},
+                                  **c.metrics})
+        return writer.close()
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,8 @@ class LockedError(FileExistsError):
     """Another process holds the lock of what this process was about to write."""
 
 
-_HELD: dict[str, tuple[int, int]] = {}  # lock file -> (thread holding it, how many times it entered)
-_HELD_GUARD = threading.Lock()
+_HOLDERS: dict[str, int] = {}  # lock file -> the thread of this process that holds it
+_HOLDERS_GUARD = threading.Lock()
 
 
 @contextmanager
@@ -94,20 +94,14 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> I
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f".{name}.lock"
     key, me = str(path.resolve()), threading.get_ident()
-    with _HELD_GUARD:
-        holder = _HELD.get(key)
-        if holder is not None and holder[0] != me:
-            raise LockedError(f"{folder / name} is being written by another thread of this process; wait for it or "
-                              f"choose another folder")
-        if holder is not None:
-            _HELD[key] = (me, holder[1] + 1)
-    if holder is not None:
-        try:
-            yield
-        finally:
-            with _HELD_GUARD:
-                _HELD[key] = (me, _HELD[key][1] - 1)
+    with _HOLDERS_GUARD:
+        holder = _HOLDERS.get(key)
+    if holder == me:  # this thread holds it already, e.g. a build's writer under the build's lock
+        yield
         return
+    if holder is not None:
+        raise LockedError(f"{folder / name} is being written by another thread of this process; wait for it or "
+                          f"choose another folder")
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -121,10 +115,10 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> I
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} ({purpose}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
-        with _HELD_GUARD:
-            _HELD[key] = (me, 1)
+        with _HOLDERS_GUARD:
+            _HOLDERS[key] = me
         try:
             yield
         finally:
-            with _HELD_GUARD:
-                del _HELD[key]
+            with _HOLDERS_GUARD:
+                del _HOLDERS[key]

@@ -59,6 +59,7 @@ class ZooWriter:
             raise ValueError(f"config name {config!r} must be a plain folder name")
         if shard_size < 1:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
+        self.fractions, self.split_salt = check_fractions(fractions), split_salt
         self.root, self.config, self.spec = Path(root), config, spec
         self.dir = self.root / config
         self._lock = exclusive_lock(self.root, config, "ZooWriter")
@@ -68,7 +69,6 @@ class ZooWriter:
             raise FileExistsError(f"{self.dir / MANIFEST_NAME}: a zoo already exists here; "
                                   f"pass overwrite=True (--overwrite) to replace it")
         self.overwrite = overwrite
-        self.fractions, self.split_salt = check_fractions(fractions), split_salt
         self.shard_size, self.register = shard_size, register
         self.task, self.grid, self.checkpoint_epochs = dict(task or {}), grid, checkpoint_epochs
         self.provenance = {**base_provenance(), **dict(provenance or {})}
@@ -85,10 +85,10 @@ class ZooWriter:
         return self
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        if exc_type is None:
+        """Close (unless the block did) when the block ends normally; let the lock go however it ends."""
+        if exc_type is None and not self._closed:
             self.close()
-        else:
-            self._release()
+        self._release()
 
     def _release(self) -> None:
         if self._lock is not None:

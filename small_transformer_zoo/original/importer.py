@@ -78,36 +78,36 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         frozen, spec = _architecture(release, rows[0], columns, csv_where)
         notes = _notes(release, spec, frozen, files_without_row)
         with exclusive_lock(out_root, config, "stz import-original"):
-            writer = ZooWriter(
+            with ZooWriter(
                 out_root, config, spec, shard_size=shard_size, overwrite=overwrite,
                 task={"name": release.task, "source": f"the authors' release ({release.dataset})"},
                 provenance={"imported_from": _source_name(source), "release_csv": release.csv_member,
                             "release_csv_sha256": sha256_bytes(csv_bytes), "files_without_row": files_without_row,
                             "positions_match_model": positions_match_model(spec, frozen[POSITIONS]),
                             "notes": notes},
-                checkpoint_epochs=_epochs(rows))
-            work = out_root / config / ".import"
-            _claim(work, {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size,
-                          "architecture": spec.to_dict()})
-            parts, jobs, kept = [], [], 0
-            for index, start in enumerate(range(0, len(rows), part_size)):
-                chunk = rows[start:start + part_size]
-                path = work / "parts" / f"{index:05d}.safetensors"
-                parts.append(path)
-                if _holds(path, chunk, spec):
-                    kept += 1
-                else:
-                    jobs.append(PartJob(path, [release.checkpoints[r.file_name] for r in chunk],
-                                        [r.metadata for r in chunk]))
-            _convert_parts(release, jobs, frozen, spec, workers, progress, len(rows))
-            for path in parts:
-                packed, metadata = _read_part(path)
-                for row, meta in zip(packed, metadata):
-                    writer.add(row, meta)
-            writer.add_extra("positions", {"table": frozen[POSITIONS].numpy()})
-            if WORD_TABLE in frozen:
-                writer.add_extra("embedding", {"table": frozen[WORD_TABLE].numpy()})
-            manifest = writer.close()
+                checkpoint_epochs=_epochs(rows)) as writer:
+                work = out_root / config / ".import"
+                _claim(work, {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size,
+                              "architecture": spec.to_dict()})
+                parts, jobs, kept = [], [], 0
+                for index, start in enumerate(range(0, len(rows), part_size)):
+                    chunk = rows[start:start + part_size]
+                    path = work / "parts" / f"{index:05d}.safetensors"
+                    parts.append(path)
+                    if _holds(path, chunk, spec):
+                        kept += 1
+                    else:
+                        jobs.append(PartJob(path, [release.checkpoints[r.file_name] for r in chunk],
+                                            [r.metadata for r in chunk]))
+                _convert_parts(release, jobs, frozen, spec, workers, progress, len(rows))
+                for path in parts:
+                    packed, metadata = _read_part(path)
+                    for row, meta in zip(packed, metadata):
+                        writer.add(row, meta)
+                writer.add_extra("positions", {"table": frozen[POSITIONS].numpy()})
+                if WORD_TABLE in frozen:
+                    writer.add_extra("embedding", {"table": frozen[WORD_TABLE].numpy()})
+                manifest = writer.close()
             shutil.rmtree(work, ignore_errors=True)
     return ImportResult(manifest, files_without_row, kept, notes)
 
