@@ -21,12 +21,13 @@ from huggingface_hub import HfApi, snapshot_download
 from .architecture import ArchitectureSpec
 from .builder import builder_for, zoo_features
 from .errors import ZooFormatError, hub_errors
-from .manifest import MANIFEST_NAME, load_manifest
+from .manifest import MANIFEST_NAME, load_manifest_text
 from .reader import Zoo
 from .registry import find_local_zoo
 from .remote import content_matches
 from .root_card import list_configs
 from .selection import where_to_json
+from .snapshot import manifest_files
 from .splits import SPLIT_NAMES
 from .verification import check_verify_mode
 
@@ -161,14 +162,12 @@ def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, t
     if not manifest_path.is_file():
         raise ZooFormatError(f"{location.repo_id}@{location.revision or 'main'}",
                              f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
-    if content_matches(manifest_path.read_bytes(), manifest_path.resolve().name) is False:
+    raw = manifest_path.read_bytes()
+    if content_matches(raw, manifest_path.resolve().name) is False:
         evict_from_hub_cache(str(manifest_path), local)
         raise ZooFormatError(manifest_path, "does not match its content address (a damaged download); removed "
                                             "from the Hugging Face cache, so the next load downloads it again")
-    manifest = load_manifest(local / config)
-    files = [info["path"] for split, info in manifest["metadata"].items() if split in wanted]
-    files += [info["path"] for info in manifest["shards"] if info["split"] in wanted]
-    files += [info["path"] for info in manifest.get("extras", [])]
+    files = manifest_files(load_manifest_text(raw, str(manifest_path)), wanted)
     snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
                       allow_patterns=[f"{config}/{path}" for path in files], token=token)
     return local

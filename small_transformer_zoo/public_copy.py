@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,5 +78,4 @@ def _link_or_copy(zoo: Zoo, relpath: str, target: Path) -> None:
             target.unlink()  # the path holds another file than the verified one now
         except OSError:
             pass
-        with open(target, "wb") as sink:
-            shutil.copyfileobj(source, sink)
+        atomic_write_bytes(target, source.read())

@@ -13,6 +13,7 @@ import io
 import os
 import stat
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,13 @@ class PinnedFile(io.RawIOBase):
         return self._position
 
 
-def manifest_files(manifest: dict[str, Any]) -> list[str]:
-    """Every data file a manifest names (relative paths): metadata, shards and extras."""
-    entries = [*manifest["metadata"].values(), *manifest["shards"], *manifest.get("extras", [])]
+def manifest_files(manifest: dict[str, Any], splits: Iterable[str] | None = None) -> list[str]:
+    """The data files a manifest names (relative paths): the metadata and shards of `splits` (all when None),
+    and the extras."""
+    wanted = set(manifest["metadata"] if splits is None else splits)
+    entries = [info for split, info in manifest["metadata"].items() if split in wanted]
+    entries += [info for info in manifest["shards"] if info["split"] in wanted]
+    entries += manifest.get("extras", [])
     return list(dict.fromkeys(info["path"] for info in entries))
 
 
