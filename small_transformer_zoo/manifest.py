@@ -95,7 +95,7 @@ def _check_split_rule(rule: Any, path: str) -> None:
 def _check_descriptions(manifest: dict[str, Any], path: str) -> None:
     """The fields that describe the zoo have their types (readers and the card print them)."""
     config = manifest["config"]
-    if not isinstance(config, str) or not config or "/" in config or config.startswith("."):
+    if not is_config_name(config):
         raise ZooFormatError(path, f"field 'config' is {_short(config)}, not a plain config name")
     for field, types in (("task", (dict, type(None))), ("provenance", dict), ("grid", (dict, type(None)))):
         if field in manifest and not isinstance(manifest[field], types):
@@ -107,6 +107,11 @@ def _check_descriptions(manifest: dict[str, Any], path: str) -> None:
     epochs = manifest.get("checkpoint_epochs")
     if epochs is not None and (not isinstance(epochs, list) or not all(e == "best" or _is_count(e) for e in epochs)):
         raise ZooFormatError(path, f"field 'checkpoint_epochs' is {_short(epochs)}, not a list of epochs and 'best'")
+
+
+def is_config_name(name: Any) -> bool:
+    """A plain folder name, as every config is: not empty, no slash, not hidden."""
+    return isinstance(name, str) and bool(name) and "/" not in name and not name.startswith(".")
 
 
 def _is_count(value: Any) -> bool:

@@ -21,7 +21,7 @@ from safetensors.numpy import save as safetensors_save
 
 from .architecture import ArchitectureSpec
 from .files import atomic_write_bytes, atomic_write_json, exclusive_lock, sha256_bytes
-from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance
+from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, is_config_name
 from .metadata import build_table, normalise_row
 from .registry import register_local_zoo
 from .root_card import write_root_card
@@ -55,7 +55,7 @@ class ZooWriter:
         overwrite: bool = False,
         register: bool = True,
     ) -> None:
-        if not config or "/" in config or config.startswith("."):
+        if not is_config_name(config):
             raise ValueError(f"config name {config!r} must be a plain folder name")
         if shard_size < 1:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
