@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 from common import WORK
+from tqdm import tqdm
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.synthetic import write_synthetic_zoo
@@ -140,7 +141,7 @@ def main() -> None:
     intact = read_train(pristine, "fast path")
 
     rng, counts, listed = random.Random(args.seed), collections.Counter(), []
-    for case in range(args.flips):
+    for case in tqdm(range(args.flips), desc="part 1: flipped bits", unit="case"):
         path = PATHS[case % len(PATHS)]
         what, result = run_case(pristine, path, flip_a_bit(rng), intact)
         counts[(what, path, result)] += 1
@@ -152,7 +153,8 @@ def main() -> None:
     manifest = json.loads((pristine / "syn" / "zoo.json").read_text())
     fields = list(manifest_fields(manifest))
     counts, listed = collections.Counter(), []
-    for index, (field, wrong) in enumerate((f, w) for f in fields for w in WRONG_VALUES):
+    cases = [(f, w) for f in fields for w in WRONG_VALUES]
+    for index, (field, wrong) in enumerate(tqdm(cases, desc="part 2: wrong manifest values", unit="case")):
         path = PATHS[index % len(PATHS)]
         what, result = run_case(pristine, path, replace_field(field, wrong), intact)
         counts[("manifest", path, result)] += 1
