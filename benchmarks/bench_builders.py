@@ -37,7 +37,7 @@ from small_transformer_zoo.devices import resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
 from builders.reference import train_run_plain
 from builders.trainer import TrainingTensors, train_group, train_groups
-from small_transformer_zoo.architecture import mnist_spec
+from small_transformer_zoo.format.architecture import mnist_spec
 
 PAPER_TRAIN, PAPER_VALIDATION, PAPER_TEST = 54_000, 6_000, 10_000
 

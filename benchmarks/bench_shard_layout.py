@@ -26,7 +26,7 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
 from small_transformer_zoo import mnist_spec  # noqa: E402
-from small_transformer_zoo.shards import encode_shard, memmap_shard, open_header  # noqa: E402
+from small_transformer_zoo.format.shards import encode_shard, memmap_shard, open_header  # noqa: E402
 
 
 def header_of(fs: HfFileSystem, path: str) -> tuple[int, dict]:

@@ -4,7 +4,7 @@
 
 The loopback Hub sends half of one train shard and then hangs for `--stall` seconds on every request for it.
 Measured: `load_dataset(..., streaming=True)` until its error (the builder reads `hf://` files through
-`small_transformer_zoo.remote`), and `datasets`' `xopen` reading the same shard's first bytes (20 retries around
+`small_transformer_zoo.hub.remote`), and `datasets`' `xopen` reading the same shard's first bytes (20 retries around
 `huggingface_hub`'s own), stopped after `--cap` seconds.
 """
 
@@ -21,8 +21,9 @@ HUB = start_hub()
 from datasets.utils.file_utils import xopen  # noqa: E402
 
 from small_transformer_zoo import Zoo, load_dataset  # noqa: E402
-from small_transformer_zoo.hub import ZooLocation, streaming_root  # noqa: E402
-from small_transformer_zoo.synthetic import write_synthetic_zoo  # noqa: E402
+from small_transformer_zoo.hub.load import streaming_root  # noqa: E402
+from small_transformer_zoo.hub.locate import ZooLocation  # noqa: E402
+from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo  # noqa: E402
 
 
 def main() -> None:

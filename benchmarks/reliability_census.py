@@ -31,7 +31,7 @@ from common import WORK
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
-from small_transformer_zoo.synthetic import write_synthetic_zoo
+from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 
 PATHS = ("fast path", "load_dataset", "streaming")
 WRONG_VALUES = [None, -1, 0, True, 1e308, 10**40, "x", "../../etc/passwd", [], [1, 2], {}, {"a": 1}]

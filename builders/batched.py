@@ -14,7 +14,7 @@ import math
 import torch
 from torch.nn import functional as F
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 
 HASH_MASK = 0xFFFFFFFF
@@ -90,7 +90,14 @@ class GroupDropout:
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, N, in] @ weight[M, out, in]^T (+ bias [M, out])."""
+    """x [M, N, in] @ weight[M, out, in]^T (+ bias [M, out]).
+
+    A batch of one model is computed as a batch of two (the second all zeros): the backward pass of a one-matrix
+    `bmm` takes another kernel than that of a batch, whose rounding differs, and a run must train to the same bits
+    whatever group it is in (a group of one included)."""
+    if x.shape[0] == 1:
+        pad = lambda t: torch.cat([t, torch.zeros_like(t)])  # noqa: E731
+        return _linear(pad(x), pad(weight), None if bias is None else pad(bias))[:1]
     if bias is None:
         return torch.bmm(x, weight.transpose(1, 2))
     return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))

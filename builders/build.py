@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.errors import ZooFormatError
-from small_transformer_zoo.files import atomic_write_bytes, atomic_write_json, exclusive_lock
-from small_transformer_zoo.manifest import MANIFEST_NAME, load_manifest
-from small_transformer_zoo.writer import ZooWriter
+from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json, exclusive_lock
+from small_transformer_zoo.format.manifest import MANIFEST_NAME, load_manifest
+from small_transformer_zoo.store.writer import ZooWriter
 
 from .data import TaskData
 from .device import check_precision, choose_group_size

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from .build import local_executor, merge_shards, run_build
-from .grid import PRESETS
+from .grid import PRECISIONS, PRESETS
 from .tasks import get_task, task_names
-from .trainer import PRECISIONS
 
 
 def _build(args: argparse.Namespace) -> int:
+    from .build import local_executor, run_build
+
     if args.ray:
         from .distributed import ray_executor
 
@@ -36,6 +36,8 @@ def _group_size(text: str) -> int | str:
 
 
 def _merge(args: argparse.Namespace) -> int:
+    from .build import merge_shards
+
     manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir, args.word2vec,
                             args.precision)
     print(f"merged {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs into "

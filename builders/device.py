@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 
 from .batched import GroupDropout, batched_logits, packed_views

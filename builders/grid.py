@@ -7,7 +7,10 @@ import itertools
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
+PRECISIONS = ("fp32", "bf16")  # bf16: matmuls autocast to bfloat16; weights, optimizer state and checkpoints float32
 PAPER_GRID = {
     "sgd": {
         "train_fraction": [1.0, 0.9, 0.8, 0.7],
@@ -49,6 +52,8 @@ PRESETS = {
     "paper": Preset("paper", epochs=100, runs=None, max_train_samples=None, group_size=32),
     "medium": Preset("medium", epochs=16, runs=240, max_train_samples=7_000, group_size=15, batch_size=16,
                      selection="sweep", augment=False, every_epoch=True, max_validation_samples=2_000),
+    "wide": Preset("wide", epochs=8, runs=1500, max_train_samples=3_600, group_size=15, batch_size=16,
+                   augment=False, max_validation_samples=1_000),
     "mini": Preset("mini", epochs=12, runs=40, max_train_samples=None, group_size=10, batch_size=16,
                    selection="sweep", augment=False, every_epoch=True),
     "tiny": Preset("tiny", epochs=2, runs=16, max_train_samples=256, group_size=4),
@@ -87,15 +92,37 @@ def full_grid(task: str) -> list[Run]:
 
 
 def stratified_sample(runs: list[Run], count: int) -> list[Run]:
-    """`count` runs spread evenly over optimizers, then over each optimizer's grid order (deterministic)."""
-    by_optimizer = {o: [r for r in runs if r.optimizer == o] for o in OPTIMIZERS}
+    """`count` runs spread evenly over optimizers; per optimizer a balanced design of its grid: each value of every
+    hyperparameter is taken equally often (counts differ by at most one), values of different hyperparameters are
+    paired by seeded shuffles, and no combination is taken twice (deterministic)."""
     per = math.ceil(count / len(OPTIMIZERS))
     picked = []
-    for pool in by_optimizer.values():
-        # A fixed stride through the grid order with a coprime step visits every hyperparameter often.
-        step = next(s for s in range(len(pool) // per, len(pool)) if math.gcd(s, len(pool)) == 1) if per < len(pool) else 1
-        picked += [pool[(i * step) % len(pool)] for i in range(min(per, len(pool)))]
+    for optimizer in OPTIMIZERS:
+        pool = [r for r in runs if r.optimizer == optimizer]
+        if per >= len(pool):
+            picked += pool
+            continue
+        values = PAPER_GRID[FAMILY[optimizer]]
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"sample:{optimizer}".encode()).digest()[:4], "big"))
+        columns = [rng.permutation(np.arange(per) % len(values[name])) for name in HYPER_ORDER]
+        design = np.stack(columns, axis=1)
+        _make_rows_distinct(design, rng)
+        by_levels = {tuple(values[name].index(r.hyperparameters()[name]) for name in HYPER_ORDER): r for r in pool}
+        picked += [by_levels[tuple(int(v) for v in row)] for row in design]
     return sorted(picked, key=lambda r: r.run_id)
+
+
+def _make_rows_distinct(design: np.ndarray, rng: np.random.Generator) -> None:
+    """Swap single values between rows until no two rows of `design` are equal (each column keeps its values)."""
+    while True:
+        rows = [tuple(row) for row in design]
+        seen: dict[tuple, int] = {}
+        repeats = [i for i, row in enumerate(rows) if seen.setdefault(row, i) != i]
+        if not repeats:
+            return
+        i = repeats[0]
+        j, k = int(rng.integers(len(design))), int(rng.integers(design.shape[1]))
+        design[[i, j], k] = design[[j, i], k]
 
 
 SWEEP_BASE = {"train_fraction": 1.0, "dropout": 0.0, "w_init_std": 0.2, "l2": 1e-6}

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from small_transformer_zoo.architecture import ArchitectureSpec
-from small_transformer_zoo.model import ZooTransformer
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.weights.model import ZooTransformer
 
 from .data import TaskData
 from .grid import Run

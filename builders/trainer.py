@@ -18,16 +18,15 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.devices import usable_cores
-from small_transformer_zoo.model import sinusoidal_positions
+from small_transformer_zoo.weights.model import sinusoidal_positions
 
 from .batched import GroupDropout, VectorizedOptimizer, batched_logits, packed_views
 from .data import TaskData
-from .grid import Run
+from .grid import PRECISIONS, Run
 
 BATCH_SIZE = 128
-PRECISIONS = ("fp32", "bf16")
 CROP_PADDING = 2
 CROP_FILL = -1.0  # a black pixel after the (x - 0.5) / 0.5 normalisation: torchvision pads before normalising
 FINAL_LR = 1e-5
@@ -242,7 +241,10 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
                 with autocast(device, precision):
                     logits = batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, embedding)
                 labels = train_y[index]
-                per_sample = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
+                # Rows of [models * batch, classes]: the gradient that flows back is then laid out the same way
+                # whatever the group's size, and so are the sums (bias gradients) taken over it.
+                per_sample = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none"
+                                             ).view(labels.shape)
                 per_model = (per_sample * weight).sum(-1) / weight.sum(-1).clamp_min(1.0)
                 total = torch.where(active, per_model, torch.zeros_like(per_model)).nan_to_num().sum()
                 packed.grad = None

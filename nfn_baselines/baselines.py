@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from small_transformer_zoo.architecture import ArchitectureSpec
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .model import COMPONENTS, mlp
 

@@ -15,12 +15,12 @@ import numpy as np
 import torch
 
 from small_transformer_zoo import Zoo, as_zoo
-from small_transformer_zoo.architecture import ArchitectureSpec
-from small_transformer_zoo.canonical import canonicalize_params
-from small_transformer_zoo.files import atomic_write_json
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.weights.canonical import canonicalize_params
+from small_transformer_zoo.store.files import atomic_write_json
 from small_transformer_zoo.plots import new_figure, save_figure
-from small_transformer_zoo.standardize import WeightStats
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.weights.standardize import WeightStats
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .metrics import DEFAULT_THRESHOLDS, defined, scores
 from .model import COMPONENTS
@@ -80,7 +80,7 @@ def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None
     """Packed weights and test accuracy per split; diverged runs are left out (their accuracy means nothing).
 
     `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
-    training split (pooled as `small_transformer_zoo.standardize` says), "both" does the first, then the second;
+    training split (pooled as `small_transformer_zoo.weights.standardize` says), "both" does the first, then the second;
     every model, the NFN and the baselines alike, sees the same preprocessed weights."""
     if preprocess not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")

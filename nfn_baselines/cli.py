@@ -7,22 +7,27 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
-from small_transformer_zoo import Zoo, open_zoo
 from small_transformer_zoo.cli import add_zoo_argument
-from small_transformer_zoo.devices import resolve_device, usable_cores
-from small_transformer_zoo.plots import plot_accuracy_histogram
+from small_transformer_zoo.devices import usable_cores
 
-from .leaderboard import (SubmissionError, add_result, load_leaderboard, render_leaderboard, score_submission,
-                          write_submission)
 from .metrics import DEFAULT_THRESHOLDS
 from .predictors import PREDICTORS, default_predictors
 
+if TYPE_CHECKING:
+    from small_transformer_zoo import Zoo
+
 
 def _bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from small_transformer_zoo.devices import resolve_device
+    from small_transformer_zoo.plots import plot_accuracy_histogram
+
     from .benchmark import (load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
                             summarize, write_results)
+    from .leaderboard import add_result, score_submission, write_submission
 
     models = model_specs(args.models, args.ablation)
     seeds = list(range(args.seeds))
@@ -63,6 +68,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_zoo(args: argparse.Namespace) -> Zoo:
     """The zoo of `stz bench ZOO` (or the older spelling `--zoo ZOO`)."""
+    from small_transformer_zoo import open_zoo
+
     if (args.root is None) == (args.zoo_option is None):
         raise ValueError("name the zoo once: stz bench ZOO [--config NAME]")
     args.root = args.root or args.zoo_option
@@ -70,6 +77,10 @@ def _bench_zoo(args: argparse.Namespace) -> Zoo:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from small_transformer_zoo import open_zoo
+
+    from .leaderboard import add_result, score_submission
+
     zoo = open_zoo(args.root, args.config, args.revision)
     args.config = zoo.config
     metrics = score_submission(args.submission, zoo, zoo.config, args.split, tuple(args.thresholds))
@@ -85,6 +96,8 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _leaderboard(args: argparse.Namespace) -> int:
+    from .leaderboard import SubmissionError, load_leaderboard, render_leaderboard
+
     if args.hub:
         from .hub_leaderboard import hub_results
 
@@ -102,6 +115,8 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from small_transformer_zoo import open_zoo
+
     from .hub_leaderboard import submit
 
     zoo = open_zoo(args.root, args.config, args.revision)

@@ -20,7 +20,7 @@ from typing import Any
 
 from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError, hub_errors
-from small_transformer_zoo.manifest import package_version
+from small_transformer_zoo.format.manifest import package_version
 
 from .leaderboard import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
                           with_result)

@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 from .weight_stack import BlockStack
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError
-from small_transformer_zoo.files import atomic_write_bytes
+from small_transformer_zoo.store.files import atomic_write_bytes
 
 from .metrics import DEFAULT_THRESHOLDS, defined, scores
 from .parquet_child import read_columns

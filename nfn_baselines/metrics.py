@@ -7,13 +7,14 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.stats import kendalltau
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 
 
 def kendall_tau(predicted: np.ndarray, true: np.ndarray) -> float:
     """Kendall's tau-b; NaN with fewer than two checkpoints or no variation."""
+    from scipy.stats import kendalltau  # here, not at the top: scipy.stats takes 0.4 s to load
+
     if len(true) < 2:
         return float("nan")
     return float(kendalltau(predicted, true).statistic)

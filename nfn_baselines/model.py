@@ -12,13 +12,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from small_transformer_zoo.architecture import ArchitectureSpec
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import COMPONENTS, ArchitectureSpec
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .layers import EquivariantLayer, InvariantLayer
 from .weight_stack import BlockStack, check_stack
 
-COMPONENTS = ("encoder", "embedding", "classifier")
 
 
 def mlp(d_in: int, hidden: int, depth: int = 2) -> nn.Sequential:

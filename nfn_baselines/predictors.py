@@ -11,17 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-from torch import nn
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import nn
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+    from small_transformer_zoo.format.architecture import ArchitectureSpec
 
-from .baselines import FlatPredictor, fit_tree, tree_model
-from .model import COMPONENTS, TransformerNFN
+    Arrays = tuple[np.ndarray, np.ndarray]
 
-Arrays = tuple[np.ndarray, np.ndarray]
+from small_transformer_zoo.format.architecture import COMPONENTS
+
+# The model classes (and torch) load when a predictor is built, not when the registry is read: the command line
+# lists the registered names in its help.
 
 
 @dataclass(frozen=True)
@@ -69,25 +72,39 @@ def default_predictors() -> list[str]:
 
 def _tree(name: str) -> Callable[[int, int, Arrays, Arrays, Mapping[str, Any]], Any]:
     def fit(seed: int, n_jobs: int, train: Arrays, validation: Arrays, settings: Mapping[str, Any]) -> Any:
+        from .baselines import fit_tree, tree_model
+
         return fit_tree(tree_model(name, seed, n_jobs=n_jobs, **settings), name, train, validation)
 
     return fit
 
 
+def _transformer_nfn(spec: ArchitectureSpec, s: Mapping[str, Any]) -> nn.Module:
+    from .model import TransformerNFN
+
+    return TransformerNFN(spec, channels=s["channels"], hidden=s["hidden"], num_layers=s["layers"],
+                          components=s["components"])
+
+
+def _flat(mode: str) -> Callable[[ArchitectureSpec, Mapping[str, Any]], nn.Module]:
+    def build(spec: ArchitectureSpec, s: Mapping[str, Any]) -> nn.Module:
+        from .baselines import FlatPredictor
+
+        return FlatPredictor(spec, mode=mode, components=s["components"])
+
+    return build
+
+
 register_predictor(Predictor(
     "transformer_nfn", "neural", "Transformer-NFN: equivariant layers over the encoder, MLPs over embedding and "
-    "classifier (docs/design.md section 8)",
-    build=lambda spec, s: TransformerNFN(spec, channels=s["channels"], hidden=s["hidden"], num_layers=s["layers"],
-                                         components=s["components"]),
+    "classifier (docs/design.md section 8)", build=_transformer_nfn,
     settings={"channels": 10, "hidden": 10, "layers": 1, "components": COMPONENTS}))
 register_predictor(Predictor(
-    "mlp", "neural", "each component's flattened weights through its own MLP of width 50",
-    build=lambda spec, s: FlatPredictor(spec, mode="mlp", components=s["components"]),
+    "mlp", "neural", "each component's flattened weights through its own MLP of width 50", build=_flat("mlp"),
     settings={"components": COMPONENTS}))
 register_predictor(Predictor(
     "statnn", "neural", "mean, variance and five quantiles of every tensor through an MLP of width 256",
-    build=lambda spec, s: FlatPredictor(spec, mode="statnn", components=s["components"]),
-    settings={"components": COMPONENTS}))
+    build=_flat("statnn"), settings={"components": COMPONENTS}))
 for _name, _what in (("xgboost", "XGBoost (CPU build)"), ("lightgbm", "LightGBM"),
                      ("random_forest", "scikit-learn's Random Forest")):
     register_predictor(Predictor(_name, "tree", f"{_what} on the flattened weights", fit=_tree(_name)))

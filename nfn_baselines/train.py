@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from small_transformer_zoo.architecture import ArchitectureSpec
-from small_transformer_zoo.symmetry import sample_group_element
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.weights.symmetry import sample_group_element
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .metrics import kendall_tau
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from small_transformer_zoo.architecture import ArchitectureSpec
-from small_transformer_zoo.weight_space import BLOCK_TENSORS, BlockWeights, TransformerWeights, block_shapes
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.weights.weight_space import BLOCK_TENSORS, BlockWeights, TransformerWeights, block_shapes
 
 MLP_TENSORS = ("W_A", "b_A", "W_B", "b_B")
 

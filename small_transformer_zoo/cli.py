@@ -6,17 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from tqdm import tqdm
-
 from .errors import DataError, ZooFormatError
-from .manifest import package_version
-from .hub import open_zoos
-from .root_card import list_configs, render_card, write_root_card
+from .format.manifest import package_version
 
 
 def format_summary(summary: dict) -> str:
@@ -33,12 +30,18 @@ def format_summary(summary: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from .hub.load import open_zoos
+
     for zoo in open_zoos(args.root, args.config, args.revision):
         print(json.dumps(zoo.summary(), indent=2) if args.json else format_summary(zoo.summary()))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .hub.load import open_zoos
+
     failed = False
     for zoo in open_zoos(args.root, args.config, args.revision):
         bar = tqdm(total=len(zoo.manifest["shards"]), desc=f"verify {zoo.config}", unit="shard", file=sys.stderr)
@@ -55,6 +58,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_import_original(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
     from .original import import_original
 
     bar = tqdm(desc="import", unit="ckpt", file=sys.stderr, disable=args.no_progress)
@@ -77,6 +82,9 @@ def cmd_import_original(args: argparse.Namespace) -> int:
 
 
 def cmd_card(args: argparse.Namespace) -> int:
+    from .store.card import render_card, write_root_card
+    from .store.configs import list_configs
+
     if args.print:
         print(render_card(args.root))
         return 0
@@ -88,7 +96,7 @@ def cmd_card(args: argparse.Namespace) -> int:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from .push import push_zoo
+    from .hub.push import push_zoo
 
     sha = push_zoo(args.root, args.repo_id, private=args.private, revision=args.revision)
     print(f"pushed {args.root} to dataset {args.repo_id} (commit {sha})")
@@ -96,7 +104,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_public_copy(args: argparse.Namespace) -> int:
-    from .public_copy import write_public_copy
+    from .store.public_copy import write_public_copy
 
     configs = write_public_copy(args.root, args.out, args.withhold)
     print(f"wrote {args.out}: configs {configs}, every metric column withheld in splits {args.withhold}; push it "
@@ -171,7 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit codes: 0 done, 1 a problem in the data, files or network, 2 a bad argument (argparse's code too)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings would break the one-line rule
+    # huggingface_hub's retry warnings would break the one-line rule; it sets its level when first imported
+    # (from HF_HUB_VERBOSITY), which happens only once a command needs it.
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     if args.command is None:
         parser.print_help()
         return 0

@@ -4,14 +4,18 @@ and the CPU cores a process may use."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(name: str) -> torch.device:
     """`auto` (CUDA when torch sees a GPU, else the CPU), `cpu`, `cuda` or `cuda:N`."""
+    import torch  # here, not at the top: the command line reads `usable_cores` without loading torch
+
     base = name.split(":", 1)[0]
     if base not in DEVICES or (":" in name and base != "cuda"):
         raise ValueError(f"unknown device {name!r}; devices are {list(DEVICES)} (or cuda:N)")

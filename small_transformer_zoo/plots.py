@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .reader import Zoo
+from .store.reader import Zoo
 
 MAX_PANELS = 7
 

@@ -8,7 +8,6 @@ each model's predictions.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -61,15 +60,3 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     print(f"   test accuracy across the zoo: min {spread.min():.3f}, median {np.median(spread):.3f}, "
           f"max {spread.max():.3f}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("quickstart", help="the README's main job: build, load, learn from and plot a zoo")
-    parser.add_argument("--out", type=Path, default=Path("stz-out"), help="zoo root (default ./stz-out)")
-    parser.add_argument("--preset", default="mini", choices=("tiny", "mini"),
-                        help="zoo to build: mini (40 runs, minutes) or tiny (16 runs, seconds) (default: mini)")
-    parser.add_argument("--epochs", type=int, default=30,
-                        help="training epochs of Transformer-NFN and the neural baselines (default: 30)")
-    parser.add_argument("--device", default="auto", help="where the zoo and the neural models train: auto (CUDA when "
-                                                         "torch sees a GPU), cpu, cuda or cuda:N (default: auto)")
-    parser.set_defaults(func=lambda args: run_quickstart(args.out, args.preset, args.epochs, device=args.device))

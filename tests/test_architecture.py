@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec, text_spec
-from small_transformer_zoo.model import ZooTransformer
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec, text_spec
+from small_transformer_zoo.weights.model import ZooTransformer
 
 
 def test_mnist_parameter_count_matches_the_paper() -> None:

@@ -14,8 +14,8 @@ from nfn_baselines.cli import register  # noqa: F401  (the subcommand module imp
 from nfn_baselines.metrics import scores
 from small_transformer_zoo import ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.symmetry import sample_group_element
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.weights.symmetry import sample_group_element
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 SPEC = mnist_spec()
 
@@ -104,7 +104,7 @@ def test_stz_bench_writes_json_markdown_and_plot(learnable_zoo: Path, tmp_path: 
 
 
 def test_preprocessing_reaches_every_split(learnable_zoo: Path, tmp_path: Path) -> None:
-    from small_transformer_zoo.canonical import canonicalize_params
+    from small_transformer_zoo.weights.canonical import canonicalize_params
 
     raw = load_bench_data(learnable_zoo, "learnable")
     canonical = load_bench_data(learnable_zoo, "learnable", "canonical")

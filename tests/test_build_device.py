@@ -13,7 +13,7 @@ from builders.device import bytes_per_run, check_precision, choose_group_size
 from builders.grid import Run, run_seed
 from builders.trainer import RunStreams, train_group
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.architecture import mnist_spec
+from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.devices import resolve_device
 from tests.conftest import quiet
 
@@ -200,10 +200,10 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytes
     import sys
 
     from small_transformer_zoo.cli import main
-    from small_transformer_zoo.files import LockedError, exclusive_lock
+    from small_transformer_zoo.store.files import LockedError, exclusive_lock
 
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from small_transformer_zoo.files import exclusive_lock\n"
+        "import sys, time; from small_transformer_zoo.store.files import exclusive_lock\n"
         "with exclusive_lock(sys.argv[1], 'mnist-tiny', 'a test holder'):\n"
         "    print('held', flush=True); time.sleep(60)"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
         cwd=Path(__file__).resolve().parents[1])

@@ -62,12 +62,12 @@ def test_a_damaged_shard_stops_the_builder(zoo_copy: Path, stz_home: Path, tmp_p
 def test_unknown_split_and_config(synthetic_root: Path) -> None:
     with pytest.raises(ZooFormatError, match="unknown split 'dev'"):
         load_dataset(synthetic_root, "syn", split="dev")
-    with pytest.raises(ZooFormatError, match="unknown config 'nope'"):
+    with pytest.raises(ZooFormatError, match="has no config 'nope'"):
         load_dataset(synthetic_root, "nope")
 
 
 def test_an_empty_split_is_an_empty_dataset(tmp_path: Path) -> None:
-    from small_transformer_zoo.synthetic import write_synthetic_zoo
+    from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 
     write_synthetic_zoo(tmp_path, "z", runs=3, fractions={"train": 0.5, "validation": 0.5}, register=False)
     assert Zoo.open(tmp_path, "z").manifest["counts"]["test"] == 0

@@ -21,8 +21,8 @@ from builders.grid import FAMILY, OPTIMIZERS, PAPER_GRID, PRESETS, Run, full_gri
 from builders.reference import train_run_plain
 from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group
 from small_transformer_zoo import Zoo, ZooFormatError
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
-from small_transformer_zoo.model import sinusoidal_positions
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.weights.model import sinusoidal_positions
 from tests.conftest import quiet, shared_data
 
 PROJECT = Path(__file__).resolve().parents[1]

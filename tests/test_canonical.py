@@ -5,10 +5,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec
-from small_transformer_zoo.canonical import canonicalize, canonicalize_params
-from small_transformer_zoo.symmetry import sample_group_element
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.weights.canonical import canonicalize, canonicalize_params
+from small_transformer_zoo.weights.symmetry import sample_group_element
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 from tests.test_symmetry import TEXT, _inputs, _transformed, briefly_trained
 
 SPECS = [mnist_spec(), TEXT]

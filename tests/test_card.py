@@ -6,8 +6,8 @@ import yaml
 
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.root_card import GENERATED_MARK, render_card
-from small_transformer_zoo.synthetic import write_synthetic_zoo
+from small_transformer_zoo.store.card import GENERATED_MARK, render_card
+from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 from tests.test_format import metadata_file
 
 
@@ -47,7 +47,7 @@ def test_the_cards_recipe_reads_a_checkpoint_with_hub_and_safetensors_only(hub, 
     import subprocess
     import sys
 
-    from small_transformer_zoo.push import push_zoo
+    from small_transformer_zoo.hub.push import push_zoo
 
     push_zoo(zoo_copy, "card/recipe")
     card = render_card(zoo_copy)

@@ -120,7 +120,7 @@ def test_a_hub_repo_id_is_a_zoo_root_everywhere(hub, synthetic_root: Path, tmp_p
                                                capsys: pytest.CaptureFixture[str]) -> None:
     from nfn_baselines.leaderboard import write_submission
     from small_transformer_zoo import Zoo
-    from small_transformer_zoo.push import push_zoo
+    from small_transformer_zoo.hub.push import push_zoo
 
     push_zoo(synthetic_root, "cli/zoo")
     assert main(["info", "cli/zoo"]) == 0

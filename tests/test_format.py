@@ -12,8 +12,8 @@ import torch
 from safetensors import safe_open
 
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset, mnist_spec
-from small_transformer_zoo.metadata import COLUMNS
-from small_transformer_zoo.model import ZooTransformer
+from small_transformer_zoo.format.metadata import COLUMNS
+from small_transformer_zoo.weights.model import ZooTransformer
 
 
 def _write_models(root: Path, runs: int = 8, shard_size: int = 3) -> dict[str, dict[str, torch.Tensor]]:
@@ -176,7 +176,7 @@ def test_missing_files(zoo_copy: Path) -> None:
     with pytest.raises(ZooFormatError, match=r"test-\w+.parquet: metadata file is missing"):
         Zoo.open(zoo_copy, "syn").metadata("test")
     (zoo_copy / "syn" / "zoo.json").unlink()
-    with pytest.raises(ZooFormatError, match="unknown config 'syn'"):
+    with pytest.raises(ZooFormatError, match="has no config 'syn'"):
         Zoo.open(zoo_copy, "syn")
 
 
@@ -230,7 +230,7 @@ def test_metadata_row_past_the_shard_end(zoo_copy: Path) -> None:
 
 
 def test_unknown_config_and_split(synthetic_root: Path) -> None:
-    with pytest.raises(ZooFormatError, match=r"unknown config 'cifar'; configs here: \['syn'\]"):
+    with pytest.raises(ZooFormatError, match=r"has no config 'cifar'; its configs are \['syn'\]"):
         Zoo.open(synthetic_root, "cifar")
     with pytest.raises(ZooFormatError, match=r"unknown split 'dev'; this zoo has \['train', 'validation', 'test'\]"):
         Zoo.open(synthetic_root, "syn").split_weights("dev")
@@ -253,7 +253,7 @@ def test_copy_of_a_zoo_elsewhere_still_opens(synthetic_root: Path, tmp_path: Pat
 
 
 def test_an_empty_split_loads_as_empty(tmp_path: Path) -> None:
-    from small_transformer_zoo.synthetic import write_synthetic_zoo
+    from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 
     write_synthetic_zoo(tmp_path, "z", runs=3, fractions={"train": 1.0}, register=False)
     zoo = Zoo.open(tmp_path, "z")
@@ -264,21 +264,26 @@ def test_an_empty_split_loads_as_empty(tmp_path: Path) -> None:
 
 
 def test_metadata_written_before_the_later_columns_reads_them_as_null(zoo_copy: Path, stz_home: Path) -> None:
-    """Zoos written before `run_config` and `params_digest` load unchanged, those columns null, on every read
-    path; streaming says that it cannot check their rows."""
+    """Zoos written before `run_config` and `duplicate_of` load unchanged, those columns null, on every read path;
+    metadata without `params_digest` is refused on every path, since no read could check its rows."""
     for split in ("train", "validation", "test"):
         path = metadata_file(zoo_copy / "syn", split)
-        rewrite_metadata(zoo_copy / "syn", split, pq.read_table(path).drop_columns(["run_config", "params_digest"]))
+        rewrite_metadata(zoo_copy / "syn", split, pq.read_table(path).drop_columns(["run_config", "duplicate_of"]))
     zoo = Zoo.open(zoo_copy, "syn")
     assert zoo.verify() == []
     table = zoo.metadata("train")
     assert table.column_names == list(COLUMNS)
-    assert table.column("run_config").null_count == table.column("params_digest").null_count == table.num_rows
+    assert table.column("run_config").null_count == table.column("duplicate_of").null_count == table.num_rows
     loaded = load_dataset(str(zoo_copy), "syn", split="train")
-    assert loaded.num_rows == table.num_rows and set(loaded["run_config"]) == {None}
-    with pytest.warns(UserWarning, match="written without per-row digests, so streaming cannot check its rows"):
-        streamed = list(load_dataset(str(zoo_copy), "syn", split="train", streaming=True))
-    assert len(streamed) == table.num_rows
+    assert loaded.num_rows == table.num_rows and set(loaded["run_config"]) == {""}
+    assert len(list(load_dataset(str(zoo_copy), "syn", split="train", streaming=True))) == table.num_rows
+    path = metadata_file(zoo_copy / "syn", "train")
+    rewrite_metadata(zoo_copy / "syn", "train", pq.read_table(path).drop_columns(["params_digest"]))
+    for read in (lambda: Zoo.open(zoo_copy, "syn").split_weights("train"),
+                 lambda: load_dataset(str(zoo_copy), "syn", split="train"),
+                 lambda: list(load_dataset(str(zoo_copy), "syn", split="train", streaming=True))):
+        with pytest.raises(ZooFormatError, match="params_digest is None, not the 32 hex digits"):
+            read()
 
 
 def test_a_mistyped_verify_mode_is_an_error(synthetic_root: Path) -> None:
@@ -315,5 +320,5 @@ def test_checked_metadata_is_reused_only_while_its_file_is_unchanged(zoo_copy: P
     with open(path, "r+b") as handle:  # rewritten in place, same size, mtime put back: only ctime tells
         handle.write(bytes(data))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(ZooFormatError, match="sha256 is .* the metadata was altered or damaged"):
+    with pytest.raises(ZooFormatError, match="sha256 is .* the file was altered or damaged"):
         zoo.metadata("train")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
-from small_transformer_zoo.registry import register_local_zoo
-from small_transformer_zoo.synthetic import write_synthetic_zoo
+from small_transformer_zoo.store.local_index import register_local_zoo
+from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 from small_transformer_zoo.testing import HubServer
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_unknown_config_or_repo_on_the_hub(hub: HubServer, synthetic_root: Path)
         load_dataset(repo_id, "cifar", split="test")
     with pytest.raises(ZooFormatError, match="unknown config 'cifar'"):
         load_dataset(repo_id, "cifar", split="test", streaming=True)
-    with pytest.raises(ZooFormatError, match="neither a local folder nor a Hub repo id"):
+    with pytest.raises(ZooFormatError, match="no such folder, and not a Hub dataset repo id"):
         load_dataset("not a repo", "syn")
-    with pytest.raises(ValueError, match="name a config"):
+    with pytest.raises(ZooFormatError, match="choose a config with argument `config`"):
         load_dataset(repo_id)

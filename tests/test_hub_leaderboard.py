@@ -13,15 +13,16 @@ from huggingface_hub import CommitOperationAdd, HfApi
 
 from nfn_baselines.hub_leaderboard import review, submit
 from nfn_baselines.leaderboard import SubmissionError, score_submission, write_submission
-from small_transformer_zoo import Zoo
+from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.errors import LabelsWithheldError, ZooFormatError
-from small_transformer_zoo.files import atomic_write_json, sha256_bytes
-from small_transformer_zoo.metadata import METRICS
-from small_transformer_zoo.public_copy import write_public_copy
-from small_transformer_zoo.reader import WeightSpaceDataset
-from small_transformer_zoo.weight_space import WeightSpaceCollator
-from small_transformer_zoo.writer import parquet_bytes
+from small_transformer_zoo.format.checksums import sha256_bytes
+from small_transformer_zoo.store.files import atomic_write_json
+from small_transformer_zoo.format.metadata import METRICS
+from small_transformer_zoo.store.public_copy import write_public_copy
+from small_transformer_zoo.store.reader import WeightSpaceDataset
+from small_transformer_zoo.weights.collate import WeightSpaceCollator
+from small_transformer_zoo.store.writer import parquet_bytes
 from small_transformer_zoo.testing import HubServer
 
 
@@ -52,8 +53,12 @@ def test_public_copy_withholds_every_metric_of_the_test_split_only(synthetic_roo
     assert public.split_weights("test").to_tensor().equal(full.split_weights("test").to_tensor())
     with pytest.raises(LabelsWithheldError, match="'test_accuracy' is withheld"):
         public.split_weights("test").labels()
-    with pytest.raises(LabelsWithheldError, match="withheld in split 'test'"):
+    with pytest.raises(LabelsWithheldError, match=r"\['test_accuracy'\] are withheld"):
         public.select("test", min_accuracy=0.5)
+    for streaming in (False, True):  # the same error on every read path, never an empty selection
+        with pytest.raises(LabelsWithheldError, match=r"\['test_accuracy'\] are withheld"):
+            list(load_dataset(str(public_root), "syn", split="test", where={"test_accuracy": (0.5, None)},
+                              streaming=streaming))
     with pytest.raises(LabelsWithheldError, match=r"\['validation_accuracy'\] are withheld"):
         public.select("test", where={"validation_accuracy": (0.1, 0.9)})
     rows = WeightSpaceDataset(public.split_weights("test"), label=None)
@@ -111,7 +116,7 @@ def _new_leaderboard(hub: HubServer, name: str) -> str:
 
 def test_submit_review_merge_and_render(hub: HubServer, public_root: Path, synthetic_root: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from small_transformer_zoo.push import push_zoo
+    from small_transformer_zoo.hub.push import push_zoo
 
     repo_id = _new_leaderboard(hub, "e2e")
     push_zoo(public_root, "board/public-zoo")  # what participants download

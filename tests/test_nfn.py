@@ -10,9 +10,9 @@ from nfn_baselines.layers import EquivariantLayer, InvariantLayer
 from nfn_baselines.model import TransformerNFN, TransformerNFNEncoder, count_parameters
 from nfn_baselines.reference import reference_equivariant, reference_invariant
 from nfn_baselines.weight_stack import BlockStack
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec, text_spec
-from small_transformer_zoo.symmetry import GroupElement, sample_group_element
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec, text_spec
+from small_transformer_zoo.weights.symmetry import GroupElement, sample_group_element
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 ZOO = mnist_spec()
 SPECS = st.one_of(

@@ -6,8 +6,8 @@ import torch
 
 from nfn_baselines.model import TransformerNFN
 from nfn_baselines.train import TrainConfig, predict, train_predictor, warmup_cosine
-from small_transformer_zoo.architecture import mnist_spec
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import mnist_spec
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 SPEC = mnist_spec()
 

@@ -10,8 +10,8 @@ import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.push import push_zoo
-from small_transformer_zoo.snapshot import manifest_files
+from small_transformer_zoo.hub.push import push_zoo
+from small_transformer_zoo.store.snapshot import manifest_files
 from small_transformer_zoo.testing import HubServer
 
 
@@ -37,7 +37,7 @@ def test_push_then_load_back_checkpoint_by_checkpoint(hub: HubServer, zoo_copy: 
 def test_pushing_a_new_version_leaves_only_its_files_on_the_hub(hub: HubServer, tmp_path: Path) -> None:
     """A rebuilt zoo pushed over its earlier version: the repo then holds exactly the new manifest's files (the
     earlier version's data files are deleted in the same commit), and loads as the new version."""
-    from small_transformer_zoo.synthetic import write_synthetic_zoo
+    from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 
     root, repo_id = tmp_path / "zoo", f"me/versions-{uuid.uuid4().hex[:8]}"
     write_synthetic_zoo(root, "syn", runs=6, seed=1, register=False)
@@ -63,7 +63,7 @@ def test_a_zoo_that_fails_verify_is_not_pushed(hub: HubServer, zoo_copy: Path) -
 
 
 def test_an_interrupted_push_resumes_without_resending(hub: HubServer, tmp_path: Path) -> None:
-    from small_transformer_zoo.synthetic import write_synthetic_zoo
+    from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 
     zoo_copy = tmp_path / "fresh"  # weights no other test has uploaded, so the server stores none of them yet
     write_synthetic_zoo(zoo_copy, "syn", runs=12, seed=uuid.uuid4().int % 10**6, register=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.hub import DEFAULT_REPO_ID
+from small_transformer_zoo.hub.locate import DEFAULT_REPO_ID
 from small_transformer_zoo.testing import HubServer
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def test_readme_example_runs(index: int, readme_dir: Path, hub: HubServer, stz_h
     if not (readme_dir / "stz-out" / "mnist-tiny" / "zoo.json").exists():
         assert main(["quickstart", "--out", "stz-out", "--preset", "tiny", "--epochs", "2"]) == 0
     else:
-        from small_transformer_zoo.registry import register_local_zoo
+        from small_transformer_zoo.store.local_index import register_local_zoo
         register_local_zoo("mnist-tiny", readme_dir / "stz-out")
     hub.add_dataset(DEFAULT_REPO_ID, readme_dir / "stz-out")
     code = EXAMPLES[index].replace('"mnist-mini"', '"mnist-tiny"')

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from small_transformer_zoo import Zoo, load_dataset
-from small_transformer_zoo.builder import read_row_runs
-from small_transformer_zoo.shards import open_header
+from small_transformer_zoo.hub.hf_builder import read_row_runs
+from small_transformer_zoo.format.shards import open_header
 
 WHERES = [
     ({"optimizer": "adam"}, lambda r: r["optimizer"] == "adam"),

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.splits import SPLIT_NAMES, assign_split
-from small_transformer_zoo.synthetic import write_synthetic_zoo
+from small_transformer_zoo.format.splits import SPLIT_NAMES, assign_split
+from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 
 
 @given(run_id=st.text(min_size=1, max_size=40), salt=st.text(max_size=10))

@@ -7,10 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nfn_baselines.model import TransformerNFN
-from small_transformer_zoo.architecture import mnist_spec
-from small_transformer_zoo.standardize import WeightStats
-from small_transformer_zoo.symmetry import sample_group_element
-from small_transformer_zoo.weight_space import TransformerWeights, WeightSpaceCollator
+from small_transformer_zoo.format.architecture import mnist_spec
+from small_transformer_zoo.weights.standardize import WeightStats
+from small_transformer_zoo.weights.symmetry import sample_group_element
+from small_transformer_zoo.weights.collate import WeightSpaceCollator
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 SPEC = mnist_spec()
 
@@ -61,7 +62,7 @@ def test_collator_applies_canonical_form_and_statistics() -> None:
     stats = WeightStats.of(weights)
     batch = WeightSpaceCollator(SPEC, dtype=torch.float64, standardize=stats)(rows)
     assert torch.allclose(batch.weights.to_params(), stats.apply(weights).to_params())
-    from small_transformer_zoo.canonical import canonicalize
+    from small_transformer_zoo.weights.canonical import canonicalize
 
     both = WeightSpaceCollator(SPEC, dtype=torch.float64, canonical=True, standardize=stats)(rows)
     assert torch.allclose(both.weights.to_params(), stats.apply(canonicalize(weights)).to_params())

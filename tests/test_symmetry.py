@@ -5,10 +5,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec, text_spec
-from small_transformer_zoo.model import ZooTransformer
-from small_transformer_zoo.symmetry import random_invertible, sample_group_element
-from small_transformer_zoo.weight_space import TransformerWeights
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec, text_spec
+from small_transformer_zoo.weights.model import ZooTransformer
+from small_transformer_zoo.weights.symmetry import random_invertible, sample_group_element
+from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 TEXT = text_spec(vocab_size=40, max_length=10)
 

@@ -16,7 +16,7 @@ from nfn_baselines.model import TransformerNFN
 from nfn_baselines.predictors import PREDICTORS, Predictor, default_predictors, register_predictor
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.symmetry import sample_group_element
+from small_transformer_zoo.weights.symmetry import sample_group_element
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from small_transformer_zoo.architecture import ArchitectureSpec, mnist_spec, text_spec
-from small_transformer_zoo.model import ZooTransformer
-from small_transformer_zoo.weight_space import (
-    TransformerWeights,
-    WeightSpaceCollator,
-    block_shapes,
-    pack_state_dict,
-)
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec, text_spec
+from small_transformer_zoo.weights.model import ZooTransformer
+from small_transformer_zoo.weights.collate import WeightSpaceCollator
+from small_transformer_zoo.weights.weight_space import TransformerWeights, block_shapes, pack_state_dict
 
 specs = st.builds(
     ArchitectureSpec,

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from small_transformer_zoo.architecture import ArchitectureSpec
+from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 from ..data import TaskData
 

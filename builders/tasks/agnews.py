@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from small_transformer_zoo.architecture import ArchitectureSpec, text_spec
+from small_transformer_zoo.format.architecture import ArchitectureSpec, text_spec
 
 from ..data import TaskData
 from . import DataRequest, Task, register_task

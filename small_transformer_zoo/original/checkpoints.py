@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from ..architecture import ArchitectureSpec
+from ..format.architecture import ArchitectureSpec
 from ..errors import ZooFormatError
-from ..model import sinusoidal_positions
+from ..weights.model import sinusoidal_positions
 
 POSITIONS = "embedding.pos_embedding"
 WORD_TABLE = "embedding.embedding.weight"

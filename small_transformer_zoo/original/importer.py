@@ -23,12 +23,13 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_save
 
-from ..architecture import ArchitectureSpec
+from ..format.architecture import ArchitectureSpec
 from ..devices import usable_cores
 from ..errors import ZooFormatError
-from ..files import atomic_write_bytes, atomic_write_json, exclusive_lock, sha256_bytes
-from ..weight_space import pack_state_dict
-from ..writer import DEFAULT_SHARD_SIZE, ZooWriter
+from ..format.checksums import sha256_bytes
+from ..store.files import atomic_write_bytes, atomic_write_json, exclusive_lock
+from ..weights.weight_space import pack_state_dict
+from ..store.writer import DEFAULT_SHARD_SIZE, ZooWriter
 from .checkpoints import (
     POSITIONS,
     WORD_TABLE,

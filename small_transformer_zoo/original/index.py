@@ -18,7 +18,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 from ..errors import ZooFormatError
-from ..metadata import checkpoint_id_for
+from ..format.metadata import checkpoint_id_for
 
 FILE_NAME = re.compile(r"^(?P<run>[A-Za-z0-9]+)_(?P<epoch>\d+|best1?)_(?P<acc>\d+)\.pt$")
 ACCURACY_COLUMNS = ("test_top1_accuracy", "test_accuracy")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..architecture import ArchitectureSpec, mnist_spec
-from ..model import ZooTransformer, sinusoidal_positions
+from ..format.architecture import ArchitectureSpec, mnist_spec
+from ..weights.model import ZooTransformer, sinusoidal_positions
 
 VISION_COLUMNS = ("epochs", "batch_size", "n_workers", "lr", "warmup_epochs", "optimizer", "w_init_std",
                   "l2_regularize", "train_fraction", "dropout", "seed", "dataset", "image_size", "patch_size",

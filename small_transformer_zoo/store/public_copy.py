@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .errors import DataError
-from .files import atomic_write_bytes, atomic_write_json, sha256_bytes
-from .manifest import MANIFEST_NAME
-from .metadata import METRICS
+from ..errors import DataError
+from ..format.checksums import sha256_bytes
+from .files import atomic_write_bytes, atomic_write_json
+from ..format.manifest import MANIFEST_NAME
+from ..format.metadata import METRICS
 from .reader import Zoo
-from .root_card import list_configs, write_root_card
+from .card import write_root_card
+from .configs import list_configs
 from .writer import content_addressed, parquet_bytes
 
 

@@ -9,8 +9,7 @@ with contiguous range reads, so streaming fetches only the bytes of the rows it 
 from __future__ import annotations
 
 import hashlib
-import json
-import warnings
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,22 +18,23 @@ from typing import Any
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets.builder import Key
-from datasets.download.streaming_download_manager import StreamingDownloadManager
 
-from .architecture import ArchitectureSpec
-from .errors import ZooFormatError
-from .manifest import MANIFEST_NAME, load_manifest_text
-from .metadata import METADATA_SCHEMA
-from .metadata_checks import load_checked_metadata
+from ..errors import ZooFormatError
+from ..format.architecture import ArchitectureSpec
+from ..format.manifest import MANIFEST_NAME, load_manifest_text
+from ..format.metadata import METADATA_SCHEMA
+from ..format.metadata_checks import load_checked_metadata, withheld_columns
+from ..format.selection import Selection, select_rows
+from ..format.shards import check_row_digests, read_checked_header, read_rows
+from ..format.splits import SPLIT_NAMES
+from ..store.snapshot import open_snapshot
+from ..store.verification import check_open_file
 from .remote import content_matches, open_hub_or_local
-from .selection import where_mask
-from .shards import check_layout, read_header, read_rows, row_digest
-from .snapshot import open_snapshot
-from .splits import SPLIT_NAMES
-from .verification import check_open_file
 
 ROWS_PER_TABLE = 256
+MIN_PIECES = 16  # row ranges per split at least (`split_pieces`): enough for a typical DataLoader's workers
 
 
 def zoo_features(spec: ArchitectureSpec) -> datasets.Features:
@@ -64,7 +64,7 @@ class ZooBuilderConfig(datasets.BuilderConfig):
 
     splits: tuple[str, ...] | None = None
     verify: str = "once"
-    where: str | None = None  # `selection.where_to_json` of a metadata filter
+    selection: str = Selection().to_json()  # `Selection.to_json` of the rows to read (the cache key holds it)
 
 
 class SmallTransformerZoo(datasets.ArrowBasedBuilder):
@@ -87,6 +87,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             self.manifest, self.manifest_bytes = self._snapshot.manifest, self._snapshot.raw
         self.spec = ArchitectureSpec.from_dict(self.manifest["architecture"])
         self._layout = self.spec.parameters()
+        self._shard_info = {s["path"]: s for s in self.manifest["shards"]}
         splits = kwargs.get("splits")
         unknown = sorted(set(splits or ()) - set(self.manifest["metadata"]))
         if unknown:
@@ -116,62 +117,76 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
             return self._snapshot.open(relpath, what)
         return open_hub_or_local(self._where(relpath), download_config)
 
-    def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        streaming = isinstance(dl_manager, StreamingDownloadManager)
-        generators = []
-        for split in self.wanted_splits:
-            shards = [s for s in self.manifest["shards"] if s["split"] == split]
-            if self._snapshot is not None and not streaming and self.config.verify != "never":
-                for info in shards:
-                    with self._snapshot.open(info["path"], "weight shard") as handle:
-                        check_open_file(handle, handle.name, info["bytes"], info["sha256"], self.config.verify)
-            generators.append(datasets.SplitGenerator(name=split, gen_kwargs={
-                "split": split, "streaming": streaming, "shards": [s["path"] for s in shards],
-                "split_shards": tuple(s["path"] for s in shards), "download_config": dl_manager.download_config}))
-        return generators
-
-    def _generate_tables(self, split: str, streaming: bool, shards: list[str], split_shards: tuple[str, ...],
-                         download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
-        """`shards` may be this worker's part of the split's shards; `split_shards` are all of them."""
+    def selected_metadata(self, split: str, download_config: Any = None) -> pa.Table:
+        """The split's checked metadata rows that this builder's selection picks, in storage order."""
         info = self.manifest["metadata"][split]
         metadata = self._where(info["path"])
         with self._open(info["path"], "metadata file", download_config) as handle:
             raw = handle.read()
-        table = load_checked_metadata(raw, info, split, self.manifest["splits"], metadata)
+        table = load_checked_metadata(raw, self.manifest, split, metadata)
+        return table.take(select_rows(table, Selection.from_json(self.config.selection),
+                                      withheld_columns(info, metadata), f"{self.zoo_root}/{self.config.name}/{split}"))
+
+    def expected_rows(self, split: str) -> pa.Table:
+        """The metadata columns of the rows a prepared split must hold, as `datasets` hands them out."""
+        return nulls_filled(self.selected_metadata(split))
+
+    def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
+        return [datasets.SplitGenerator(name=split, gen_kwargs={
+            "split": split, "pieces": split_pieces([s for s in self.manifest["shards"] if s["split"] == split]),
+            "download_config": dl_manager.download_config}) for split in self.wanted_splits]
+
+    def _generate_tables(self, split: str, pieces: list[tuple[str, int, int]],
+                         download_config: Any) -> Iterator[tuple[Key, pa.Table]]:
+        """The selected rows of `pieces` (this worker's share of the split's row ranges, `split_pieces`). The
+        checks are those of every read path: the metadata's (`format.metadata_checks`), each shard's header, a
+        local shard's sha256 (per `verify`), and every row against its digest as it is read (a remote file cannot
+        be hashed before it is read whole, and a local one may be altered in place after its sha256 was
+        checked)."""
+        table = self.selected_metadata(split, download_config)
         shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
-        # Every name must be one of the split's shards, whichever part of them this worker reads.
-        unknown = sorted(set(shard_column) - set(split_shards))
-        if unknown:
-            raise ZooFormatError(metadata, f"column 'shard' names shards {unknown[:3]} not listed in the manifest")
-        if self.config.where:
-            table = table.filter(pa.array(where_mask(table, json.loads(self.config.where))))
-            shard_column = np.asarray(table.column("shard").to_pylist(), dtype=object)
         row_column = table.column("row").to_numpy()
-        # Each row is checked against its digest as it is read: streaming never sees a whole file, and a file may
-        # be altered in place after its sha256 was checked.
-        check_rows = self.config.verify != "never" and row_checks_possible(table, metadata, streaming)
-        for shard_index, name in enumerate(shards):
-            positions = np.nonzero(shard_column == name)[0]
+        check_rows = self.config.verify != "never"
+        for piece_index, (name, first, stop) in enumerate(pieces):
+            positions = np.nonzero((shard_column == name) & (row_column >= first) & (row_column < stop))[0]
             if positions.size == 0:
                 continue
-            positions = positions[np.argsort(row_column[positions], kind="stable")]
-            rows = row_column[positions]
+            shard = self._shard_info[name]
             with self._open(name, "weight shard", download_config) as handle:
-                header = read_header(handle, self._where(name))
-                check_layout(header, self._layout, self._where(name))
-                if rows[0] < 0 or rows[-1] >= header.rows:
-                    bad = int(positions[(rows < 0) | (rows >= header.rows)][0])
-                    raise ZooFormatError(metadata, f"checkpoint {table.column('checkpoint_id')[bad].as_py()!r} "
-                                                   f"points to row {row_column[bad]} of {name}, which has "
-                                                   f"{header.rows} rows")
-                for batch_index, start in enumerate(range(0, positions.size, ROWS_PER_TABLE)):
-                    batch_positions = positions[start : start + ROWS_PER_TABLE]
-                    batch_rows = rows[start : start + ROWS_PER_TABLE]
-                    block = read_row_runs(handle, header, batch_rows)
-                    if check_rows:
-                        check_row_digests(block, table.take(batch_positions), name)
-                    params = pa.FixedSizeListArray.from_arrays(pa.array(block.reshape(-1)), header.n_params)
-                    yield Key(shard_index, batch_index), table.take(batch_positions).append_column("params", params)
+                if self._snapshot is not None and check_rows:
+                    check_open_file(handle, self._where(name), shard["bytes"], shard["sha256"], self.config.verify)
+                header = read_checked_header(handle, shard, self._layout, self._where(name))
+                batch = table.take(positions)
+                block = read_row_runs(handle, header, row_column[positions])
+            if check_rows:
+                check_row_digests(block, batch.column("params_digest").to_pylist(),
+                                  batch.column("checkpoint_id").to_pylist(), self._where(name))
+            yield Key(piece_index, 0), nulls_filled(batch).append_column(
+                "params", pa.FixedSizeListArray.from_arrays(pa.array(block.reshape(-1)), header.n_params))
+
+
+def split_pieces(shards: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """A split's rows as (shard, first row, end row) ranges of at most `ROWS_PER_TABLE` rows, and at least
+    `MIN_PIECES` ranges where the split has that many rows: `datasets` hands these out to `num_proc` processes
+    and to streaming DataLoader workers, so even a split of one shard feeds several workers."""
+    total = sum(s["rows"] for s in shards)
+    size = max(1, min(ROWS_PER_TABLE, math.ceil(total / MIN_PIECES)))
+    return [(s["path"], start, min(start + size, s["rows"])) for s in shards for start in range(0, s["rows"], size)]
+
+
+def nulls_filled(table: pa.Table) -> pa.Table:
+    """Rows as `datasets` hands them out: a value the zoo does not know (null in the metadata) is NaN in a number
+    column, -1 in an integer column and "" in a text column, so that torch's default collate takes any batch of
+    them."""
+    columns = []
+    for field, data in zip(table.schema, table.columns):
+        if data.null_count:
+            fill = float("nan") if pa.types.is_floating(field.type) else -1 if pa.types.is_integer(field.type) \
+                else "" if pa.types.is_string(field.type) else None
+            if fill is not None:
+                data = pc.fill_null(data, pa.scalar(fill, field.type))
+        columns.append(data)
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def read_row_runs(handle: Any, header: Any, rows: np.ndarray) -> np.ndarray:
@@ -181,28 +196,10 @@ def read_row_runs(handle: Any, header: Any, rows: np.ndarray) -> np.ndarray:
     return np.concatenate([read_rows(handle, header, int(run[0]), int(run[-1]) + 1) for run in runs])
 
 
-def row_checks_possible(table: pa.Table, metadata: str, streaming: bool) -> bool:
-    """Whether the metadata has per-row digests; a zoo written without them streams unchecked, and says so."""
-    if table.column("params_digest").null_count:
-        if streaming:
-            warnings.warn(f"{metadata}: this zoo was written without per-row digests, so streaming cannot check its "
-                          f"rows; `stz verify` checks every file", stacklevel=2)
-        return False
-    return True
-
-
-def check_row_digests(block: np.ndarray, rows: pa.Table, shard: str) -> None:
-    """Each packed row against the `params_digest` its metadata row holds."""
-    for values, digest, checkpoint in zip(block, rows.column("params_digest").to_pylist(),
-                                          rows.column("checkpoint_id").to_pylist()):
-        if row_digest(values) != digest:
-            raise ZooFormatError(shard, f"the weights of checkpoint {checkpoint!r} do not match their digest in the "
-                                        f"metadata: the shard was altered or damaged")
-
-
 def builder_for(root: str, config: str, *, splits: tuple[str, ...] | None = None, verify: str = "once",
-                cache_dir: str | None = None, token: Any = None, where: str | None = None) -> SmallTransformerZoo:
-    """A builder for `<root>/<config>`, limited to `splits` and to the rows a `where` filter (JSON) selects."""
+                cache_dir: str | None = None, token: Any = None,
+                selection: Selection | None = None) -> SmallTransformerZoo:
+    """A builder for `<root>/<config>`, limited to `splits` and to the rows `selection` picks."""
     return SmallTransformerZoo(root, config, splits=splits, verify=verify, cache_dir=cache_dir, token=token,
-                               where=where)
+                               selection=(selection or Selection()).to_json())
 

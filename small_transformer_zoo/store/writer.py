@@ -15,19 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from safetensors.numpy import save as safetensors_save
 
-from .architecture import ArchitectureSpec
-from .files import atomic_write_bytes, atomic_write_json, exclusive_lock, sha256_bytes
-from .manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, is_config_name
-from .metadata import build_table, normalise_row
-from .registry import register_local_zoo
-from .root_card import write_root_card
-from .shards import canonical_header, encode_shard, row_digest
-from .splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, SPLIT_NAMES, assign_split, check_fractions
-from .weight_space import pack_state_dict
+from ..format.architecture import ArchitectureSpec
+from ..format.checksums import sha256_bytes
+from .files import atomic_write_bytes, atomic_write_json, exclusive_lock
+from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, is_config_name
+from ..format.metadata import build_table, normalise_row
+from .local_index import register_local_zoo
+from .card import write_root_card
+from ..format.shards import canonical_header, encode_shard, row_digest
+from ..format.splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, SPLIT_NAMES, assign_split, check_fractions
+from ..weights.weight_space import pack_state_dict
 
 DEFAULT_SHARD_SIZE = 2048
 
@@ -160,6 +162,7 @@ class ZooWriter:
             self._flush(split)
         metadata_files = {}
         for split in SPLIT_NAMES:
+            mark_duplicates(self._rows[split])
             sink = parquet_bytes(build_table(self._rows[split]))
             relpath = self._write(f"metadata/{split}", ".parquet", sink)
             metadata_files[split] = {"path": relpath, "rows": len(self._rows[split]), "bytes": len(sink),
@@ -201,10 +204,16 @@ class ZooWriter:
         return manifest
 
 
+def mark_duplicates(rows: list[dict[str, Any]]) -> None:
+    """`duplicate_of` of each row: the first earlier row with the same weights (`params_digest`), else None."""
+    first: dict[str, str] = {}
+    for row in rows:
+        row["duplicate_of"] = first.get(row["params_digest"])
+        first.setdefault(row["params_digest"], row["checkpoint_id"])
+
+
 def parquet_bytes(table: Any) -> bytes:
     """A metadata table as the zstd-compressed Parquet bytes every zoo writer stores."""
-    import pyarrow as pa
-
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue().to_pybytes()

@@ -7,124 +7,68 @@ and split are downloaded, and a second call works offline from the Hugging Face 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 import datasets
 from huggingface_hub import HfApi, snapshot_download
 
-from .architecture import ArchitectureSpec
-from .builder import builder_for, zoo_features
-from .errors import ZooFormatError, hub_errors
-from .manifest import MANIFEST_NAME, load_manifest_text
-from .reader import Zoo
-from .registry import find_local_zoo
+from ..errors import ZooFormatError, hub_errors
+from ..format.architecture import ArchitectureSpec
+from ..format.manifest import MANIFEST_NAME, load_manifest_text
+from ..format.selection import Selection
+from ..format.shards import check_row_digests
+from ..format.splits import SPLIT_NAMES
+from ..store.configs import choose_config, list_configs
+from ..store.reader import ROW_CHECK_CHUNK, Verify, Zoo
+from ..store.snapshot import manifest_files
+from ..store.verification import check_verify_mode
+from .hf_builder import builder_for, zoo_features
+from .locate import ZooLocation, locate, resolve_zoo
 from .remote import content_matches
-from .root_card import list_configs
-from .selection import where_to_json
-from .snapshot import manifest_files
-from .splits import SPLIT_NAMES
-from .verification import check_verify_mode
-
-SHORT_NAME = "small-transformer-zoo"
-DEFAULT_REPO_ID = "small-transformer-zoo/small-transformer-zoo"
-REPO_ENV = "STZ_REPO_ID"
-HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
-
-
-@dataclass(frozen=True)
-class ZooLocation:
-    """Where a zoo config lives: a local root folder, or a Hub dataset repo at a revision."""
-
-    kind: Literal["local", "hub"]
-    root: str
-    config: str
-    repo_id: str | None = None
-    revision: str | None = None
-
-
-def default_repo_id() -> str:
-    return os.environ.get(REPO_ENV) or DEFAULT_REPO_ID
-
-
-def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,
-                revision: str | None = None) -> ZooLocation:
-    """Say where `name_or_path`/`config` is, without downloading anything."""
-    text = os.fspath(name_or_path)
-    if os.path.isdir(text):
-        root = Path(text)
-        if (root / MANIFEST_NAME).is_file():
-            return ZooLocation("local", str(root.parent), root.name)
-        configs = list_configs(root)
-        if config is None:
-            if len(configs) != 1:
-                raise ZooFormatError(root, f"holds configs {configs}; pass config=" if configs else "holds no zoo")
-            config = configs[0]
-        if config not in configs:
-            raise ZooFormatError(root, f"unknown config {config!r}; configs here: {configs}")
-        return ZooLocation("local", str(root), config)
-    if config is None:
-        raise ValueError(f"{text!r}: name a config, e.g. load_dataset({text!r}, 'mnist')")
-    if text == SHORT_NAME:
-        local = find_local_zoo(config)
-        if local is not None and revision is None:
-            return ZooLocation("local", str(local), config)
-        text = default_repo_id()
-    if not HUB_REPO_ID.fullmatch(text):
-        raise ZooFormatError(text, "neither a local folder nor a Hub repo id of the form 'owner/name'")
-    return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
 
 
 def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-              token: Any = None) -> list[Zoo]:
-    """The named config, or every config, of a zoo root given as a local folder (or config folder) or as a Hub
-    dataset repo id `owner/name`; from the Hub only those configs' files are fetched (into the Hugging Face cache,
-    reused offline). Every problem is a DataError naming what was asked for."""
-    text = os.fspath(name_or_path)
-    root = Path(text)
-    if root.is_dir():
-        if (root / MANIFEST_NAME).is_file():
-            zoo = Zoo(root)
-            if config not in (None, zoo.config):
-                raise ZooFormatError(root, f"is the config folder of {zoo.config!r}, not {config!r}")
-            return [zoo]
-        configs = [config] if config else list_configs(root)
-        if not configs:
-            raise ZooFormatError(root, "holds no zoo config (no <config>/zoo.json)")
-        return [Zoo.open(root, c) for c in configs]
-    if root.exists():
-        raise ZooFormatError(root, "is a file, not a zoo folder")
-    if not HUB_REPO_ID.fullmatch(text):
-        raise ZooFormatError(root, "no such folder (and not a Hub repo id of the form 'owner/name')")
-    if config is None:
-        revision, configs = _hub_configs(text, revision, token)
+              token: Any = None, verify: Verify = "once") -> list[Zoo]:
+    """The named config, or every config, of a zoo named as `locate` says (a local folder or config folder, a Hub
+    dataset repo id, or the short name); from the Hub only those configs' files are fetched (into the Hugging Face
+    cache, reused offline). `verify` is each `Zoo`'s default for its reads. Every problem is a DataError naming
+    what was asked for."""
+    location = locate(name_or_path, config, revision)
+    if location.kind == "local":
+        configs = [location.config] if location.config else list_configs(location.root)
+        return [Zoo.open(location.root, c, verify=verify) for c in configs]
+    if location.config is None:
+        commit, configs = _hub_configs(location.repo_id, revision, token)
+        location = replace(location, revision=commit)
     else:
-        configs = [config]
-    return [Zoo.open(_fetch(ZooLocation("hub", f"hf://datasets/{text}", c, text, revision), token), c)
-            for c in configs]
+        configs = [location.config]
+    return [Zoo.open(_fetch(replace(location, config=c), token), c, verify=verify) for c in configs]
 
 
 def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-             token: Any = None) -> Zoo:
-    """One config of a local or Hub zoo root (`open_zoos`); `config` may be left out when the root has one."""
-    zoos = open_zoos(name_or_path, config, revision, token)
+             token: Any = None, verify: Verify = "once") -> Zoo:
+    """One config of a zoo (`open_zoos`); `config` may be left out when the root has one."""
+    zoos = open_zoos(name_or_path, config, revision, token, verify)
     if len(zoos) != 1:
-        raise ZooFormatError(name_or_path, f"holds configs {[z.config for z in zoos]}; name one with --config")
+        choose_config([z.config for z in zoos], None, name_or_path)
     return zoos[0]
 
 
-def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None) -> Zoo:
-    """A Zoo given itself or by root (`open_zoo`), for functions that take either."""
+def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None, revision: str | None = None,
+           token: Any = None, verify: Verify = "once") -> Zoo:
+    """A Zoo given itself or by name (`open_zoo`), for functions that take either."""
     if isinstance(zoo, Zoo):
         if config not in (None, zoo.config):
             raise ZooFormatError(zoo.dir, f"is config {zoo.config!r}, not {config!r}")
         return zoo
-    return open_zoo(zoo, config)
+    return open_zoo(zoo, config, revision, token, verify)
 
 
 def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, list[str]]:
@@ -142,14 +86,6 @@ def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, l
 def _fetch(location: ZooLocation, token: Any) -> Path:
     with hub_errors(f"fetching config {location.config!r} from the Hub", location.repo_id):
         return download_zoo(location, None, token)
-
-
-def _check_split(split: str | None) -> tuple[str, ...] | None:
-    if split is None:
-        return None
-    if split not in SPLIT_NAMES:
-        raise ZooFormatError(None, f"unknown split {split!r}; zoo splits are {list(SPLIT_NAMES)}")
-    return (split,)
 
 
 def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, token: Any = None) -> Path:
@@ -220,26 +156,40 @@ def load_dataset(
     *,
     cache_dir: str | None = None,
     token: Any = None,
-    verify: Literal["once", "always", "never"] = "once",
+    verify: Verify = "once",
     where: Mapping[str, Any] | None = None,
+    min_accuracy: float | None = None,
+    max_accuracy: float | None = None,
+    epochs: Iterable[int] | None = None,
+    best_only: bool = False,
+    include_diverged: bool = False,
+    distinct: bool = True,
 ) -> datasets.Dataset | datasets.DatasetDict | datasets.IterableDataset | datasets.IterableDatasetDict:
     """Load a zoo config as a `datasets` object: one row per checkpoint, packed weights in `params`.
 
     `name_or_path`: a local zoo root (or config folder), a Hub repo id, or `"small-transformer-zoo"`.
-    `split=None` gives all splits as a DatasetDict. `streaming=True` reads rows lazily (local or Hub).
-    `verify`: sha256 checks of weight shards before use ("once" per file per machine, "always", "never").
-    `where`: only the checkpoints whose metadata match, e.g. `{"optimizer": "adam", "learning_rate": (1e-4, 1e-3),
-    "epoch": [1, 50]}` (`small_transformer_zoo.selection`); the filter runs before any weight is read.
+    `split=None` gives all splits as a DatasetDict; a split may be sliced as `datasets` slices splits
+    (`"train[:10]"`, `"train[:50%]"`, `"train+validation"`), except when streaming. `streaming=True` reads rows
+    lazily (local or Hub).
+    `verify`: checks of weight shards and rows before use ("once" per file per machine, "always", "never");
+    "always" also checks what the `datasets` cache returns against the zoo's files.
+    `where`, `min_accuracy`, `max_accuracy`, `epochs`, `best_only`, `include_diverged`, `distinct`: which
+    checkpoints, with the same rule and defaults as `Zoo.select` (`small_transformer_zoo.format.selection`): diverged
+    checkpoints and repeated weights are left out unless asked for. The filter runs before any weight is read.
+    In the rows, a value the zoo does not know is NaN (numbers), -1 (integers) or "" (text), so torch's default
+    collate takes them.
     """
     check_verify_mode(verify)
-    splits = _check_split(split)
+    selection = Selection.of(where, min_accuracy=min_accuracy, max_accuracy=max_accuracy, epochs=epochs,
+                             best_only=best_only, include_diverged=include_diverged, distinct=distinct)
+    splits = _split_names(split, streaming)
     location = resolve_zoo(name_or_path, config, revision)
     if location.kind == "hub":
         root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
     else:
         root = str(Path(location.root).resolve())  # `datasets` reads relative paths against the root again
     builder = builder_for(root, location.config, splits=splits, verify=verify, cache_dir=cache_dir, token=token,
-                          where=where_to_json(where))
+                          selection=selection)
     manifest, wanted = builder.manifest, builder.wanted_splits
     filled = tuple(s for s in wanted if manifest["counts"][s] > 0)
     out: dict[str, Any] = {}
@@ -249,6 +199,9 @@ def load_dataset(
         _prepare(builder, location, Path(root))
         prepared = builder.info.splits
         out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
+        if verify == "always":
+            for name, data in out.items():
+                check_cached_split(data, builder, name)
     # `datasets` cannot read a split without rows back; an empty split (or selection) is still a split of the zoo.
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
     for name in wanted:
@@ -257,7 +210,57 @@ def load_dataset(
                 out[name] = datasets.IterableDataset.from_generator(_no_rows, features=features)
             else:
                 out[name] = datasets.Dataset.from_dict({k: [] for k in features}, features=features, split=name)
-    if split is not None:
+    if split is None:
+        ordered = {name: out[name] for name in wanted}
+        return datasets.IterableDatasetDict(ordered) if streaming else datasets.DatasetDict(ordered)
+    if split in out:
         return out[split]
-    ordered = {name: out[name] for name in wanted}
-    return datasets.IterableDatasetDict(ordered) if streaming else datasets.DatasetDict(ordered)
+    return datasets.concatenate_datasets([out[name] for name in splits]).select(
+        _sliced_indices(split, {name: len(out[name]) for name in splits}))
+
+
+def _split_names(split: str | None, streaming: bool) -> tuple[str, ...] | None:
+    """The zoo splits a `split` argument reads: a split name, or `datasets`' slicing syntax over them."""
+    if split is None:
+        return None
+    if split in SPLIT_NAMES:
+        return (split,)
+    names = tuple(dict.fromkeys(re.findall(r"(?:^|\+)\s*(\w+)", split)))
+    unknown = [n for n in names if n not in SPLIT_NAMES]
+    if not names or unknown:
+        raise ZooFormatError(None, f"unknown split {split!r}; zoo splits are {list(SPLIT_NAMES)}, sliced as "
+                                   f"'train[:10]', 'train[:50%]' or 'train+validation'")
+    if streaming:
+        raise ValueError(f"split {split!r}: a stream cannot be sliced; stream a split and use .take(n) or "
+                         f".skip(n), or load it without streaming")
+    return names
+
+
+def _sliced_indices(split: str, lengths: dict[str, int]) -> list[int]:
+    """Row indices into the concatenation of `lengths`' splits that the slicing syntax `split` selects."""
+    try:
+        instruction = datasets.ReadInstruction.from_spec(split)
+        absolute = instruction.to_absolute({name: datasets.SplitInfo(name=name, num_examples=n)
+                                            for name, n in lengths.items()})
+    except (ValueError, AssertionError, KeyError) as exc:
+        raise ValueError(f"split {split!r}: {exc}") from None
+    offsets = dict(zip(lengths, [0, *itertools.accumulate(lengths.values())][:-1]))
+    return [offsets[part.splitname] + i for part in absolute for i in range(part.from_, part.to)]
+
+
+def check_cached_split(data: datasets.Dataset, builder: Any, split: str) -> None:
+    """What the `datasets` cache returned for a split against the zoo's files: each row's weights against its
+    digest and every metadata column against the checked metadata (`verify="always"`)."""
+    expected = builder.expected_rows(split)
+    where = f"the datasets cache of {builder.zoo_root}/{builder.config.name}/{split}"
+    if data.num_rows != expected.num_rows:
+        raise ZooFormatError(where, f"holds {data.num_rows} rows, the zoo selects {expected.num_rows}; clear the cache")
+    table = data.data.table
+    for column in expected.column_names:
+        if not table.column(column).equals(expected.column(column)):
+            raise ZooFormatError(where, f"column {column!r} differs from the zoo's metadata; clear the cache")
+    for start in range(0, data.num_rows, ROW_CHECK_CHUNK):
+        chunk = table.slice(start, ROW_CHECK_CHUNK)
+        block = chunk.column("params").combine_chunks().flatten().to_numpy().reshape(chunk.num_rows, -1)
+        check_row_digests(block, chunk.column("params_digest").to_pylist(), chunk.column("checkpoint_id").to_pylist(),
+                          where)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .architecture import ArchitectureSpec
+from ..format.architecture import ArchitectureSpec
 
 
 def sinusoidal_positions(num_tokens: int, d_model: int) -> torch.Tensor:

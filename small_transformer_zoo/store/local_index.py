@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from .files import atomic_write_json, stz_home
-from .manifest import MANIFEST_NAME
+from ..format.manifest import MANIFEST_NAME
 
 
 def _registry_path() -> Path:
@@ -35,7 +35,3 @@ def find_local_zoo(config: str) -> Path | None:
     if root and (Path(root) / config / MANIFEST_NAME).is_file():
         return Path(root)
     return None
-
-
-def local_zoos() -> dict[str, Path]:
-    return {config: Path(root) for config, root in _read().items() if (Path(root) / config / MANIFEST_NAME).is_file()}

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .errors import ZooFormatError
+from ..errors import ZooFormatError
 
 HYPERPARAMETERS = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction")
 METRICS = ("train_accuracy", "validation_accuracy", "test_accuracy", "train_loss", "validation_loss", "test_loss")
@@ -43,6 +44,9 @@ DESCRIPTIONS = {
     "shard": "the weights file holding the checkpoint, relative to the config folder",
     "row": "the checkpoint's row in that shard's params matrix (0-based)",
     "params_digest": "BLAKE2b-128 hex digest of the checkpoint's float32 parameter row, checked on every load",
+    "duplicate_of": "checkpoint_id of an earlier row of this split with the same weights (a run's best checkpoint "
+                    "is a copy of one of its epochs: when that epoch is stored too, this names it); null when the "
+                    "weights occur here first. Reads count each distinct checkpoint once unless distinct=False",
 }
 
 
@@ -70,14 +74,15 @@ METADATA_SCHEMA = pa.schema(
         _field("shard", pa.string(), nullable=False),
         _field("row", pa.int64(), nullable=False),
         _field("params_digest", pa.string()),
+        _field("duplicate_of", pa.string()),
     ]
 )
 COLUMNS = tuple(METADATA_SCHEMA.names)
 # Columns added after the first zoos were written: absent in an older file, they read as nulls.
-LATER_COLUMNS = ("run_config", "params_digest")
+LATER_COLUMNS = ("run_config", "params_digest", "duplicate_of")
 # What a caller of ZooWriter.add must give; the writer fills checkpoint_id, split, shard and row itself.
 REQUIRED_INPUT = ("run_id", "epoch", "test_accuracy")
-WRITER_OWNED = ("split", "shard", "row", "params_digest")
+WRITER_OWNED = ("split", "shard", "row", "params_digest", "duplicate_of")
 
 
 def checkpoint_id_for(run_id: str, epoch: int, is_best: bool) -> str:
@@ -114,11 +119,27 @@ def build_table(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def conform_metadata(table: pa.Table, where: str) -> pa.Table:
-    """The table in the canonical schema: every column there (later ones as nulls when absent), in order."""
+    """The table in the canonical schema: every column there (later ones as nulls when absent), in order, each of
+    its column's type and without nulls where the schema allows none; `where` names the file in errors."""
     missing = [name for name in COLUMNS if name not in table.column_names and name not in LATER_COLUMNS]
     if missing:
         raise ZooFormatError(where, f"metadata lacks columns {missing}")
-    for name in LATER_COLUMNS:
-        if name not in table.column_names:
-            table = table.append_column(METADATA_SCHEMA.field(name), pa.nulls(table.num_rows, METADATA_SCHEMA.field(name).type))
-    return table.select(list(COLUMNS)).cast(METADATA_SCHEMA)
+    columns = []
+    for field in METADATA_SCHEMA:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        data = table.column(field.name)
+        if data.type != field.type:
+            try:
+                data = data.cast(field.type, safe=True)
+            except (pa.ArrowException, ValueError) as exc:
+                raise ZooFormatError(where, f"column {field.name!r} is {data.type}, not {field.type}, and does not "
+                                            f"convert exactly ({' '.join(str(exc).split())[:120]})") from None
+        if not field.nullable and data.null_count:
+            first = table.column("checkpoint_id")[pc.index(pc.is_null(data), True).as_py()].as_py() \
+                if field.name != "checkpoint_id" and "checkpoint_id" in table.column_names else None
+            raise ZooFormatError(where, f"column {field.name!r} has {data.null_count} nulls (first at checkpoint "
+                                        f"{first!r}); the format allows none")
+        columns.append(data)
+    return pa.Table.from_arrays(columns, schema=METADATA_SCHEMA)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .architecture import ArchitectureSpec, mnist_spec
+from ..format.architecture import ArchitectureSpec, mnist_spec
 from .writer import ZooWriter
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,24 +15,55 @@ import pyarrow.compute as pc
 import torch
 from safetensors.numpy import load as safetensors_load
 
-from .architecture import ArchitectureSpec
-from .errors import LabelsWithheldError, ZooFormatError
-from .files import sha256_bytes
-from .manifest import MANIFEST_NAME
-from .metadata_checks import load_checked_metadata, withheld_columns
-from .selection import normalise_where, where_mask
-from .root_card import list_configs
-from .shards import ShardHeader, check_layout, memmap_shard, read_header
+from ..format.architecture import ArchitectureSpec
+from ..errors import LabelsWithheldError, ZooFormatError
+from ..format.manifest import MANIFEST_NAME
+from ..format.metadata_checks import load_checked_metadata, withheld_columns
+from ..format.selection import Selection, select_rows
+from .configs import choose_config, list_configs
+from ..format.shards import check_row_digests, memmap_shard, read_checked_header
 from .snapshot import open_snapshot
-from .verification import check_open_file, check_verify_mode, file_version
-from .weight_space import TransformerWeights
+from ..format.checksums import check_bytes
+from .verification import check_open_file, check_verify_mode, file_version, rows_checked, stamp_rows_checked
+from ..weights.weight_space import TransformerWeights
 
 Verify = Literal["once", "always", "never"]
+ROW_CHECK_CHUNK = 512  # rows copied and digested at a time when a split's rows are checked
+
+
+class ShardWatch:
+    """The shard files of a split as they were when their rows were verified. Rows are read from memory maps
+    later, when copied out; a file written to meanwhile (its size, mtime or ctime changed) could reach them, so
+    every row copied out after any shard changed is checked against its digest before it is handed out."""
+
+    def __init__(self, handles: list[Any], digests: list[str], ids: list[str], where: str) -> None:
+        self._fds = [os.dup(h.fileno()) for h in handles]
+        self._versions = [file_version(os.fstat(fd)) for fd in self._fds]
+        self._digests, self._ids, self._where = digests, ids, where
+        weakref.finalize(self, _close_all, list(self._fds))
+
+    def changed(self) -> bool:
+        return any(file_version(os.fstat(fd)) != v for fd, v in zip(self._fds, self._versions))
+
+    def check(self, indices: np.ndarray, block: torch.Tensor) -> None:
+        """`block` holds the metadata rows `indices`: check them if any shard changed since it was verified."""
+        if len(indices) and self.changed():
+            check_row_digests(block.numpy(), [self._digests[i] for i in indices], [self._ids[i] for i in indices],
+                              f"{self._where} (a shard changed after it was verified)")
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 @dataclass
 class SplitWeights:
-    """A split's weights as memory-mapped shard matrices plus its metadata; nothing is copied until used."""
+    """A split's weights as memory-mapped shard matrices plus its metadata; nothing is copied until used.
+
+    What is copied out (`rows`, `to_tensor`, `WeightSpaceDataset` items) is what was verified: unless the split was
+    opened with `verify="never"`, a shard that changed after its check makes every row copied out afterwards be
+    checked against its digest."""
 
     spec: ArchitectureSpec
     shards: list[torch.Tensor]
@@ -39,13 +71,20 @@ class SplitWeights:
     global_rows: np.ndarray
     withheld: tuple[str, ...] = ()
     where: str = ""
+    watch: ShardWatch | None = None
 
     def __len__(self) -> int:
         return self.metadata.num_rows
 
     def rows(self, indices: Iterable[int] | np.ndarray) -> torch.Tensor:
         """Packed weights of the given metadata rows, [len(indices), n_params] (a copy)."""
-        wanted = self.global_rows[np.asarray(indices, dtype=np.int64)]
+        indices = np.asarray(indices, dtype=np.int64)
+        out = self._copy_rows(self.global_rows[indices])
+        if self.watch is not None:
+            self.watch.check(indices, out)
+        return out
+
+    def _copy_rows(self, wanted: np.ndarray) -> torch.Tensor:
         out = _new_matrix(len(wanted), self.spec.n_params)
         if not len(wanted):
             return out
@@ -71,6 +110,8 @@ class SplitWeights:
         for shard in self.shards:  # one thread's memcpy: as fast as torch's two, and never waits for a busy core
             np.copyto(out.numpy()[start : start + shard.shape[0]], shard.numpy())
             start += shard.shape[0]
+        if self.watch is not None:
+            self.watch.check(np.arange(len(self)), out)
         return out
 
     def labels(self, column: str = "test_accuracy") -> torch.Tensor:
@@ -94,22 +135,20 @@ def _new_matrix(rows: int, n_params: int) -> torch.Tensor:
 
 
 class WeightSpaceDataset(torch.utils.data.Dataset):
-    """A map-style torch dataset over a split's memory-mapped rows; pair with `WeightSpaceCollator`."""
+    """A map-style torch dataset over a split's memory-mapped rows (each item a checked copy of one row); pair
+    with `WeightSpaceCollator`."""
 
     def __init__(self, weights: SplitWeights, label: str | None = "test_accuracy") -> None:
         """`label=None`: items without a label (a leaderboard's test split, whose labels are withheld)."""
         self.weights, self.label = weights, label
         self._labels = None if label is None else weights.labels(label)
         self._ids = weights.metadata.column("checkpoint_id").to_pylist()
-        self._bounds = np.cumsum([0] + [s.shape[0] for s in weights.shards])
 
     def __len__(self) -> int:
         return len(self.weights)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        row = int(self.weights.global_rows[index])
-        shard = int(np.searchsorted(self._bounds, row, side="right") - 1)
-        item = {"params": self.weights.shards[shard][row - self._bounds[shard]], "checkpoint_id": self._ids[index]}
+        item = {"params": self.weights.rows([index])[0], "checkpoint_id": self._ids[index]}
         if self._labels is not None:
             item[self.label] = self._labels[index]
         return item
@@ -122,7 +161,9 @@ class Zoo:
     reads the version it opened, whole, until `close()` (or garbage collection) lets the files go.
     """
 
-    def __init__(self, config_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, config_dir: str | os.PathLike[str], verify: Verify = "once") -> None:
+        """`verify`: how this zoo's reads check shard contents unless a read says otherwise (`split_weights`)."""
+        self.verify_mode = check_verify_mode(verify)
         self.dir = Path(config_dir)
         self._snapshot = open_snapshot(self.dir)
         self.manifest = self._snapshot.manifest
@@ -143,19 +184,16 @@ class Zoo:
         self.close()
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], config: str | None = None) -> "Zoo":
-        """Open `<root>/<config>`; with one config under the root, `config` may be omitted."""
+    def open(cls, root: str | os.PathLike[str], config: str | None = None, verify: Verify = "once") -> "Zoo":
+        """Open the local `<root>/<config>` (or a config folder); with one config under the root, `config` may be
+        omitted. Hub repos and the short name open with `open_zoo`."""
         root = Path(root)
-        if config is None:
-            if (root / MANIFEST_NAME).is_file():
-                return cls(root)
-            configs = list_configs(root)
-            if len(configs) != 1:
-                raise ZooFormatError(root, f"holds configs {configs}; name one" if configs else "holds no zoo config")
-            config = configs[0]
-        if not (root / config / MANIFEST_NAME).is_file():
-            raise ZooFormatError(root, f"unknown config {config!r}; configs here: {list_configs(root)}")
-        return cls(root / config)
+        if not root.is_dir():
+            raise ZooFormatError(root, "no such folder (a Hub repo id or the short name opens with "
+                                       "small_transformer_zoo.open_zoo)")
+        if config is None and (root / MANIFEST_NAME).is_file():
+            return cls(root, verify)
+        return cls(root / choose_config(list_configs(root), config, root), verify)
 
     def open_file(self, relpath: str) -> BinaryIO:
         """One of this version's files (a path the manifest names), read through the descriptor the zoo holds."""
@@ -175,136 +213,114 @@ class Zoo:
             raise ZooFormatError(self.dir, f"unknown split {split!r}; this zoo has {self.splits}")
 
     def metadata(self, split: str) -> pa.Table:
-        """The split's metadata: its bytes checked against the manifest's sha256, its values (`metadata_checks`)
-        and every (shard, row) reference."""
+        """The split's metadata, after the checks of every read path (`format.metadata_checks`)."""
         self._check_split(split)
         info = self.manifest["metadata"][split]
-        path = self.dir / info["path"]
         with self._snapshot.open(info["path"], "metadata file") as handle:
             version = file_version(os.fstat(handle.fileno()))
             cached = self._checked_metadata.get(split)
             if cached is not None and cached[0] == version:  # this very file, unchanged since it was checked
                 return cached[1]
-            table = load_checked_metadata(handle.read(), info, split, self.manifest["splits"], str(path))
-        self._check_references(table, path, split)
+            table = load_checked_metadata(handle.read(), self.manifest, split, str(self.dir / info["path"]))
         self._checked_metadata[split] = (version, table)
         return table
-
-    def _check_references(self, table: pa.Table, path: Path, split: str) -> None:
-        shards = table.column("shard").to_pylist()
-        rows = table.column("row").to_numpy()
-        limits = {name: info["rows"] for name, info in self._shard_info.items() if info["split"] == split}
-        unknown = sorted(set(shards) - set(limits))
-        if unknown:
-            raise ZooFormatError(path, f"column 'shard' names shards {unknown[:3]} that the manifest does not list "
-                                       f"for split {split!r}")
-        limit = np.array([limits[s] for s in shards], dtype=np.int64)
-        bad = np.nonzero((rows < 0) | (rows >= limit))[0]
-        if bad.size:
-            i = int(bad[0])
-            raise ZooFormatError(path, f"{bad.size} rows point past their shard's end, first: checkpoint "
-                                       f"{table.column('checkpoint_id')[i].as_py()!r} -> {shards[i]} row {rows[i]} "
-                                       f"(shard has {limit[i]} rows)")
 
     def shard_paths(self, split: str) -> list[str]:
         self._check_split(split)
         return [s["path"] for s in self.manifest["shards"] if s["split"] == split]
 
-    def _open_shard(self, relpath: str, verify: Verify, map_rows: bool = False) -> tuple[ShardHeader,
-                                                                                        torch.Tensor | None]:
-        """A shard's header (and, with `map_rows`, its matrix memory-mapped), all through one open handle: what is
-        checked against the manifest is what is mapped, even if the path is replaced meanwhile."""
-        info, path = self._shard_info[relpath], self.dir / relpath
+    def _open_shard(self, relpath: str, verify: Verify, map_rows: bool = False) -> tuple[Any, torch.Tensor | None]:
+        """A shard's open file, checked (size, per `verify` its sha256, its header) through that one handle, and
+        with `map_rows` its matrix memory-mapped: what is checked is what is mapped, even if the path is replaced
+        meanwhile."""
+        info, path = self._shard_info[relpath], str(self.dir / relpath)
         with self._snapshot.open(relpath, "weight shard") as handle:
             check_open_file(handle, path, info["bytes"], info["sha256"], verify)
-            header = read_header(handle, str(path), info["bytes"])
-            check_layout(header, self._layout, str(path))
-            if header.rows != info["rows"] or header.n_params != self.spec.n_params:
-                raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
-                                           f"[{info['rows']}, {self.spec.n_params}]")
-            return header, memmap_shard(handle, header) if map_rows else None
+            header = read_checked_header(handle, info, self._layout, path)
+            return handle, memmap_shard(handle, header) if map_rows else None
 
-    def split_weights(self, split: str, verify: Verify = "once") -> SplitWeights:
-        """The fast path: the split's shards memory-mapped, rows in metadata order.
+    def split_weights(self, split: str, verify: Verify | None = None) -> SplitWeights:
+        """The fast path: the split's shards memory-mapped, rows in metadata order, after the checks of every read
+        path: each shard's size, header and sha256, and each row against its metadata digest.
 
-        `verify="once"` checks each shard's sha256 the first time this machine reads it (and again if the file
-        changes); "always" checks every time; "never" checks size and header only.
+        `verify` (default: the zoo's, "once"): "once" hashes each shard, and checks the rows' digests, the first
+        time this machine reads that version of the files (and again if one changes); "always" every time;
+        "never" checks sizes and headers only.
         """
-        check_verify_mode(verify)
+        verify = check_verify_mode(verify or self.verify_mode)
         table = self.metadata(split)
-        tensors, offsets, total = [], {}, 0
+        handles, tensors, offsets, total = [], [], {}, 0
         for relpath in self.shard_paths(split):
-            header, tensor = self._open_shard(relpath, verify, map_rows=True)
+            handle, tensor = self._open_shard(relpath, verify, map_rows=True)
+            handles.append(handle)
             tensors.append(tensor)
             offsets[relpath] = total
-            total += header.rows
+            total += tensor.shape[0]
         base = np.array([offsets[s] for s in table.column("shard").to_pylist()], dtype=np.int64)
-        return SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy(), self.withheld(split),
-                            f"{self.dir}/{split}")
+        where = f"{self.dir}/{split}"
+        weights = SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy(), self.withheld(split),
+                               where)
+        if verify != "never":
+            digests, ids = table.column("params_digest").to_pylist(), table.column("checkpoint_id").to_pylist()
+            content = [self.manifest["metadata"][split]["sha256"]] + [self._shard_info[p]["sha256"]
+                                                                       for p in self.shard_paths(split)]
+            if verify == "always" or not rows_checked(content):
+                for start in range(0, len(table), ROW_CHECK_CHUNK):
+                    stop = min(start + ROW_CHECK_CHUNK, len(table))
+                    block = weights._copy_rows(weights.global_rows[start:stop])
+                    check_row_digests(block.numpy(), digests[start:stop], ids[start:stop], where)
+                stamp_rows_checked(content)
+            weights.watch = ShardWatch(handles, digests, ids, where)
+        return weights
 
     def select(self, split: str, *, min_accuracy: float | None = None, max_accuracy: float | None = None,
                epochs: Iterable[int] | None = None, best_only: bool = False, include_diverged: bool = False,
-               where: Mapping[str, Any] | None = None) -> np.ndarray:
-        """Indices of the split's metadata rows that pass the filters: test accuracy range, epochs, best, and
-        `where` on any metadata column (`small_transformer_zoo.selection`)."""
-        table = self.metadata(split)
-        conditions = normalise_where(where)
-        by_accuracy = ["test_accuracy"] if min_accuracy is not None or max_accuracy is not None else []
-        hidden = sorted(set(self.withheld(split)) & set(list(conditions) + by_accuracy))
-        if hidden:
-            raise LabelsWithheldError(self.dir, f"columns {hidden} are withheld in split {split!r} of this public "
-                                                f"copy; it cannot select by them")
-        mask = pa.array(where_mask(table, conditions))
-        accuracy = table.column("test_accuracy")
-        if min_accuracy is not None:
-            mask = pc.and_(mask, pc.fill_null(pc.greater_equal(accuracy, min_accuracy), False))
-        if max_accuracy is not None:
-            mask = pc.and_(mask, pc.fill_null(pc.less_equal(accuracy, max_accuracy), False))
-        if epochs is not None:
-            mask = pc.and_(mask, pc.is_in(table.column("epoch"), pa.array(list(epochs), pa.int32())))
-        if best_only:
-            mask = pc.and_(mask, table.column("is_best"))
-        if not include_diverged:
-            mask = pc.and_(mask, pc.invert(table.column("diverged")))
-        return np.nonzero(mask.to_numpy(zero_copy_only=False))[0]
+               distinct: bool = True, where: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Indices of the split's metadata rows that the filters pick, in metadata order: the one rule of every
+        read path (`small_transformer_zoo.format.selection`), diverged and repeated checkpoints left out unless
+        asked for."""
+        selection = Selection.of(where, min_accuracy=min_accuracy, max_accuracy=max_accuracy, epochs=epochs,
+                                 best_only=best_only, include_diverged=include_diverged, distinct=distinct)
+        return select_rows(self.metadata(split), selection, self.withheld(split), f"{self.dir}/{split}")
 
-    def weight_space(self, split: str, **filters: Any) -> tuple[TransformerWeights, pa.Table]:
-        """The selected checkpoints of a split in NFN layout, with their metadata rows."""
-        weights = self.split_weights(split)
+    def weight_space(self, split: str, verify: Verify | None = None,
+                     **filters: Any) -> tuple[TransformerWeights, pa.Table]:
+        """The selected checkpoints of a split (`select`'s filters) in NFN layout, with their metadata rows."""
+        weights = self.split_weights(split, verify)
         indices = self.select(split, **filters)
         return TransformerWeights.from_params(weights.rows(indices), self.spec), weights.metadata.take(indices)
 
-    def extras(self) -> dict[str, dict[str, np.ndarray]]:
-        """Frozen shared tensors (the text embedding table), checked against the manifest's sha256."""
+    def extras(self, verify: Verify | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Frozen shared tensors (the text embedding table), checked against the manifest as `split_weights`
+        checks shards (`verify`, default the zoo's)."""
+        verify = check_verify_mode(verify or self.verify_mode)
         out = {}
         for info in self.manifest.get("extras", []):
             with self._snapshot.open(info["path"], "extra file") as handle:
                 data = handle.read()
-            if sha256_bytes(data) != info["sha256"]:
-                raise ZooFormatError(self.dir / info["path"], "sha256 differs from the manifest: the file was "
-                                                              "altered or damaged")
+            if verify != "never":  # small files: hashed whenever they are read
+                check_bytes(data, info["bytes"], info["sha256"], str(self.dir / info["path"]))
             out[extra_name(info)] = safetensors_load(data)
         return out
 
     def verify(self, progress: Callable[[str], None] | None = None) -> list[str]:
-        """Check every file's size and sha256 and every metadata reference; return the problems found."""
+        """Every check of every read path at once, hashing everything again: each split's metadata, each shard's
+        size, header and sha256, each row against its digest, the extras, and runs in one split only; returns the
+        problems found. `progress` is called with each shard's path."""
         problems, runs_by_split = [], {}
         for split in self.splits:
             try:
                 table = self.metadata(split)
-            except ZooFormatError as exc:
-                problems.append(str(exc))
-                continue
-            runs_by_split[split] = set(table.column("run_id").to_pylist())
-        for shard in self.manifest["shards"]:
-            if progress:
-                progress(shard["path"])
-            try:
-                self._open_shard(shard["path"], "always")
+                runs_by_split[split] = set(table.column("run_id").to_pylist())
+                for relpath in self.shard_paths(split):
+                    if progress:
+                        progress(relpath)
+                    self._open_shard(relpath, "always")
+                self.split_weights(split, "always")
             except ZooFormatError as exc:
                 problems.append(str(exc))
         try:
-            self.extras()
+            self.extras("always")
         except ZooFormatError as exc:
             problems.append(str(exc))
         seen: dict[str, str] = {}

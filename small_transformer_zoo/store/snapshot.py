@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import ZooFormatError, ZooReplacedError
-from .manifest import MANIFEST_NAME, load_manifest_text, read_manifest_bytes
+from ..errors import ZooFormatError, ZooReplacedError
+from ..format.manifest import MANIFEST_NAME, load_manifest_text, read_manifest_bytes
 
 OPEN_ATTEMPTS = 5
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .architecture import ArchitectureSpec
-from .errors import ZooFormatError
+from ..errors import ZooFormatError
 from .splits import SPLIT_NAMES, check_fractions
 
 FORMAT_NAME = "small-transformer-zoo"

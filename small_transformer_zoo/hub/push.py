@@ -14,13 +14,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from .errors import ZooFormatError, hub_errors
-from .files import exclusive_lock
-from .manifest import MANIFEST_NAME
-from .reader import Zoo
-from .root_card import list_configs, write_root_card
-from .snapshot import manifest_files
-from .writer import DATA_FOLDERS
+from ..errors import ZooFormatError, hub_errors
+from ..store.files import exclusive_lock
+from ..format.manifest import MANIFEST_NAME
+from ..store.reader import Zoo
+from ..store.card import write_root_card
+from ..store.configs import list_configs
+from ..store.snapshot import manifest_files
+from ..store.writer import DATA_FOLDERS
 
 
 def push_zoo(root: str | os.PathLike[str], repo_id: str, *, token: Any = None, private: bool = False,

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import ZooFormatError
+from ..format.checksums import check_sha256, check_size
 from .files import atomic_write_bytes, stz_home
 
 
@@ -64,23 +64,27 @@ def check_open_file(handle: BinaryIO, path: str | os.PathLike[str], size: int, s
     check_verify_mode(mode)
     path = Path(path)
     st = os.fstat(handle.fileno())
-    if st.st_size != size:
-        raise ZooFormatError(path, f"size is {st.st_size} bytes, the manifest says {size} "
-                                   f"({'truncated' if st.st_size < size else 'extra bytes'})")
+    check_size(st.st_size, size, path)
     if mode == "always" or (mode == "once" and not _is_stamped(path, st, sha256)):
         handle.seek(0)
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        if digest != sha256:
-            raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {sha256}: "
-                                       f"the file was altered or damaged")
+        check_sha256(digest, sha256, path)
         _stamp(path, st, digest)
     handle.seek(0)
 
 
-def check_file(path: str | os.PathLike[str], size: int, sha256: str, mode: str = "once") -> None:
-    """`check_open_file` for a path (the file is opened for the check)."""
+def _rows_stamp(content: list[str]) -> Path:
+    return stz_home() / "verified" / ("rows-" + hashlib.sha256("\n".join(content).encode()).hexdigest())
+
+
+def rows_checked(content: list[str]) -> bool:
+    """Whether the rows of a split were checked against their digests on this machine, for the metadata and
+    shards of these sha256s (`content`)."""
+    return _rows_stamp(content).is_file()
+
+
+def stamp_rows_checked(content: list[str]) -> None:
     try:
-        with open(path, "rb") as handle:
-            check_open_file(handle, path, size, sha256, mode)
-    except (FileNotFoundError, IsADirectoryError):
-        raise ZooFormatError(path, "file is missing") from None
+        atomic_write_bytes(_rows_stamp(content), b"")
+    except OSError:
+        pass  # a read-only home only costs a check next time

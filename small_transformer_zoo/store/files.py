@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -67,10 +66,6 @@ def _fsync_folder(folder: Path) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Strict JSON (a NaN or infinity is an error, never the non-standard `NaN` token), written atomically."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n").encode())
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 class LockedError(FileExistsError):

@@ -13,14 +13,15 @@ import json
 import os
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO
+from collections.abc import Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 from safetensors.numpy import save as safetensors_save
 
 from .architecture import ParameterInfo
-from .errors import ZooFormatError
+from ..errors import ZooFormatError
 
 TENSOR_NAME = "params"
 MAX_HEADER_BYTES = 100 << 20
@@ -54,18 +55,35 @@ def layout_json(layout: list[ParameterInfo]) -> str:
     return json.dumps([p.to_dict() for p in layout], separators=(",", ":"))
 
 
-def check_layout(header: ShardHeader, layout: list[ParameterInfo], path: str) -> None:
-    """The layout a shard's header states, where it states one, must be the architecture's."""
+def read_checked_header(handle: BinaryIO, info: dict[str, Any], layout: list[ParameterInfo], path: str) -> ShardHeader:
+    """The one strict reading of a shard's header, on every read path: parsed as `read_header` does, its data ending
+    where the manifest's size says the file ends, its matrix the manifest's [rows, n_params] and its stated
+    layout the architecture's."""
+    header = read_header(handle, path, info["bytes"])
+    n_params = sum(p.numel for p in layout)
+    if header.rows != info["rows"] or header.n_params != n_params:
+        raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
+                                   f"[{info['rows']}, {n_params}]")
     stated = header.metadata.get("layout")
     if stated is not None and stated != layout_json(layout):
         raise ZooFormatError(path, "the parameter layout in the safetensors header differs from the manifest's "
                                    "architecture")
+    return header
 
 
 def row_digest(row: np.ndarray) -> str:
     """The checksum of one packed row stored in the metadata (`params_digest`): BLAKE2b-128 of its float32
-    little-endian bytes. Streaming checks each row against it as the row arrives."""
-    return hashlib.blake2b(np.ascontiguousarray(row, dtype="<f4").tobytes(), digest_size=16).hexdigest()
+    little-endian bytes. Every read path checks the rows it hands out against it."""
+    return hashlib.blake2b(np.ascontiguousarray(row, dtype="<f4").data, digest_size=16).hexdigest()
+
+
+def check_row_digests(block: np.ndarray, digests: Sequence[str], checkpoint_ids: Sequence[str], path: str) -> None:
+    """Each packed row of `block` [rows, n_params] against the `params_digest` its metadata row holds."""
+    for values, digest, checkpoint in zip(block, digests, checkpoint_ids):
+        if row_digest(values) != digest:
+            raise ZooFormatError(path, f"the weights of checkpoint {checkpoint!r} do not match their digest in the "
+                                       f"metadata: the shard was altered or damaged, or the metadata points to "
+                                       f"another checkpoint's row")
 
 
 def canonical_header(data: bytes) -> bytes:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .architecture import ArchitectureSpec
+from ..format.architecture import ArchitectureSpec
 from .weight_space import BlockWeights, TransformerWeights
 
 

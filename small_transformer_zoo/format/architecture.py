@@ -1,7 +1,7 @@
 """The zoo architecture as data: dimensions, parameter names, shapes and the packed-row layout.
 
 Every checkpoint of a zoo is one row of `n_params` float32 values; `ArchitectureSpec.parameters()` says which
-slice of that row is which tensor, in the order of the PyTorch module tree of `small_transformer_zoo.model`.
+slice of that row is which tensor, in the order of the PyTorch module tree of `small_transformer_zoo.weights.model`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
+
+COMPONENTS = ("encoder", "embedding", "classifier")  # the three parts of every zoo model, in table order
 
 Modality = Literal["vision", "text"]
 
@@ -119,7 +121,7 @@ class ArchitectureSpec:
         return last.offset + last.numel
 
     def component(self, name: str) -> str:
-        """Which component ('embedding', 'encoder', 'classifier') a parameter belongs to."""
+        """Which of `COMPONENTS` a parameter belongs to."""
         head = name.split(".", 1)[0]
         return {"embedding": "embedding", "blocks": "encoder", "classifier": "classifier"}[head]
 

@@ -9,14 +9,14 @@ reshapes over the whole batch; there is no loop over rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from .architecture import ArchitectureSpec
+from ..format.architecture import ArchitectureSpec
 
 BLOCK_TENSORS = ("W_q", "W_k", "W_v", "W_o", "W_A", "b_A", "W_B", "b_B")
 
@@ -181,57 +181,10 @@ class TransformerWeights:
         return {p.name: out[p.name] for p in spec.parameters()}
 
     def state_dict(self, index: int) -> dict[str, torch.Tensor]:
-        """Checkpoint `index` of the batch as a state_dict for `small_transformer_zoo.model.ZooTransformer`."""
+        """Checkpoint `index` of the batch as a state_dict for `small_transformer_zoo.weights.model.ZooTransformer`."""
         return {name: t[index].clone(memory_format=torch.contiguous_format) for name, t in self.to_state_dicts().items()}
 
     def to_params(self) -> torch.Tensor:
         """Back to packed rows [B, n_params]."""
         tensors = self.to_state_dicts()
         return torch.cat([t.reshape(t.shape[0], math.prod(t.shape[1:])) for t in tensors.values()], dim=1)
-
-
-@dataclass
-class WeightSpaceBatch:
-    """What `WeightSpaceCollator` hands a training loop: weights, labels and which checkpoints they are."""
-
-    weights: TransformerWeights
-    labels: torch.Tensor
-    checkpoint_ids: list[str]
-
-
-class WeightSpaceCollator:
-    """`collate_fn` for a `DataLoader` over zoo rows (a `datasets` split or `WeightSpaceDataset`).
-
-    Each row is a mapping with `params` (packed weights), the label column and `checkpoint_id`.
-    """
-
-    def __init__(self, spec: ArchitectureSpec, label: str | None = "test_accuracy",
-                 dtype: torch.dtype = torch.float32, *, canonical: bool = False, standardize: Any = None):
-        """`label=None` collates weights only (labels NaN), as for a leaderboard's test split whose labels are
-        withheld; `canonical`: each checkpoint in its canonical form (`small_transformer_zoo.canonical`);
-        `standardize`: a `small_transformer_zoo.standardize.WeightStats` applied after it (compute it on the same
-        form)."""
-        self.spec, self.label, self.dtype = spec, label, dtype
-        self.canonical, self.standardize = canonical, standardize
-
-    def __call__(self, rows: Sequence[Mapping[str, Any]]) -> WeightSpaceBatch:
-        params = torch.stack([torch.as_tensor(row["params"]) for row in rows]).to(self.dtype)
-        labels = torch.tensor([self._label(row) for row in rows], dtype=self.dtype)
-        weights = TransformerWeights.from_params(params, self.spec)
-        if self.canonical:
-            from .canonical import canonicalize
-
-            weights = canonicalize(weights)
-        if self.standardize is not None:
-            weights = self.standardize.apply(weights)
-        return WeightSpaceBatch(weights, labels, [str(row["checkpoint_id"]) for row in rows])
-
-    def _label(self, row: Mapping[str, Any]) -> float:
-        if self.label is None:
-            return math.nan
-        value = row.get(self.label)
-        if value is None:
-            raise ValueError(f"checkpoint {row.get('checkpoint_id')!r} has no {self.label} (withheld or diverged); "
-                             f"collate with label=None for weights only")
-        return float(value)
-

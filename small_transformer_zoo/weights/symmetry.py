@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .architecture import ArchitectureSpec
+from ..format.architecture import ArchitectureSpec
 from .weight_space import BlockWeights, TransformerWeights
 
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
-from .errors import ZooFormatError
+from ..errors import ZooFormatError
 
 HF_URL = re.compile(r"^hf://datasets/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
 TIMEOUT_SECONDS = 15.0

@@ -1,0 +1,81 @@
+"""Where a zoo named by the user lives: a local root folder (or config folder), a Hub dataset repo id, or the short
+name `small-transformer-zoo` (a zoo registered on this machine under that config, else the default Hub repo).
+Nothing is downloaded here."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ZooFormatError
+from ..format.manifest import MANIFEST_NAME
+from ..store.configs import choose_config, list_configs
+from ..store.local_index import find_local_zoo
+
+SHORT_NAME = "small-transformer-zoo"
+DEFAULT_REPO_ID = "small-transformer-zoo/small-transformer-zoo"
+REPO_ENV = "STZ_REPO_ID"
+HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+@dataclass(frozen=True)
+class ZooLocation:
+    """Where a zoo config lives: a local root folder, or a Hub dataset repo at a revision. `config` is None only
+    where the caller may take every config of the root."""
+
+    kind: Literal["local", "hub"]
+    root: str
+    config: str | None
+    repo_id: str | None = None
+    revision: str | None = None
+
+
+def default_repo_id() -> str:
+    return os.environ.get(REPO_ENV) or DEFAULT_REPO_ID
+
+
+def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
+           revision: str | None = None) -> ZooLocation:
+    """The one rule for naming a zoo, in every function and command: an existing folder is a local root (or a
+    config folder); the short name is a config registered on this machine (`stz register`), else the default Hub
+    repo's; anything else must be a Hub repo id `owner/name`. A local `config` is checked here; the configs of a
+    Hub repo are not listed (nothing is downloaded)."""
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    if path.is_dir():
+        if (path / MANIFEST_NAME).is_file():
+            if config not in (None, path.name):
+                raise ZooFormatError(path, f"is the config folder of {path.name!r}, not of {config!r}")
+            return ZooLocation("local", str(path.parent), path.name)
+        configs = list_configs(path)
+        return ZooLocation("local", text, None if config is None and len(configs) > 1 else
+                           choose_config(configs, config, path))
+    if path.exists():
+        raise ZooFormatError(path, "is a file, not a zoo folder")
+    if text == SHORT_NAME:
+        if config is None:
+            raise ZooFormatError(text, "the short name stands for one config: choose it with argument `config`")
+        local = find_local_zoo(config) if revision is None else None
+        if local is not None:
+            return ZooLocation("local", str(local), config)
+        text = default_repo_id()
+    if not HUB_REPO_ID.fullmatch(text):
+        raise ZooFormatError(text, "no such folder, and not a Hub dataset repo id of the form 'owner/name'")
+    return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
+
+
+def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,
+                revision: str | None = None) -> ZooLocation:
+    """Where one config of a zoo is (`locate`), without downloading anything: `config` may be left out only when a
+    local root holds one config."""
+    location = locate(name_or_path, config, revision)
+    if location.config is None:
+        where = location.repo_id or location.root
+        if location.kind == "hub":
+            raise ZooFormatError(where, "choose a config with argument `config` (a Hub repo's configs are listed "
+                                        "by open_zoos and `stz info`)")
+        choose_config(list_configs(location.root), None, where)
+    return location
