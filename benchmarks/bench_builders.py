@@ -36,7 +36,8 @@ from builders.device import choose_group_size
 from small_transformer_zoo.devices import resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
 from builders.reference import train_run_plain
-from builders.trainer import TrainingTensors, train_group, train_groups
+from builders.tasks import get_task
+from builders.trainer import Recipe, TrainingTensors, train_group, train_groups
 from small_transformer_zoo.format.architecture import mnist_spec
 
 PAPER_TRAIN, PAPER_VALIDATION, PAPER_TEST = 54_000, 6_000, 10_000
@@ -83,7 +84,7 @@ def paper_flops(spec) -> float:
 
 def cpu_benchmark(args: argparse.Namespace) -> None:
     preset = PRESETS["mini"]
-    data = load_task_data("mnist", None, preset)
+    data = load_task_data(get_task("mnist"), None, preset)
     data.train_x, data.train_y = data.train_x[: args.train_samples], data.train_y[: args.train_samples]
     spec = mnist_spec()
     runs = [r for r in preset_runs("mnist", preset) if r.optimizer == "adam"][: args.runs]
@@ -100,8 +101,8 @@ def cpu_benchmark(args: argparse.Namespace) -> None:
     per_core = [runs[i::cores] for i in range(cores)]
     ways = {
         "plain": lambda: [train_run_plain(r, data, spec, 1, [1], batch, augment) for r in runs],
-        "one group, every core": lambda: train_group(runs, data, spec, 1, [1], batch, augment),
-        "one group per core": lambda: list(train_groups(per_core, data, spec, 1, [1], batch, augment=augment)),
+        "one group, every core": lambda: train_group(runs, data, spec, Recipe(1, (1,), batch, augment)),
+        "one group per core": lambda: list(train_groups(per_core, data, spec, Recipe(1, (1,), batch, augment))),
     }
     best = best_of(ways, args.repeats, torch.device("cpu"))
     plain = best["plain"]
@@ -122,7 +123,7 @@ def group_size_sweep(args: argparse.Namespace) -> None:
     """Model-epochs/s per group size and precision on one device (a GPU; `--sweep` runs it on a CPU too)."""
     device = resolve_device(args.device)
     spec = mnist_spec()
-    data = load_task_data("mnist", args.data_dir, PRESETS["paper"])
+    data = load_task_data(get_task("mnist"), args.data_dir, PRESETS["paper"])
     data.train_x, data.train_y = data.train_x[: args.train_samples], data.train_y[: args.train_samples]
     tensors = TrainingTensors.of(data, device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
@@ -144,9 +145,10 @@ def group_size_sweep(args: argparse.Namespace) -> None:
             runs = grid[:size]
             samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs)
             flops = (samples + size * (len(data.validation_y) + len(data.test_y)) / 3) * per_sample
-            train_group(runs[: min(size, 8)], tensors, spec, 1, [1], 128, True, device=device, precision=precision)
-            seconds = best_of({"group": lambda: train_group(runs, tensors, spec, 1, [1], 128, True, device=device,
-                                                            precision=precision)}, args.repeats, device)["group"]
+            recipe = Recipe(1, (1,), 128, True, precision)
+            train_group(runs[: min(size, 8)], tensors, spec, recipe, device)
+            seconds = best_of({"group": lambda: train_group(runs, tensors, spec, recipe, device)}, args.repeats,
+                              device)["group"]
             rate = flops / seconds
             if rate > best_rate.get(precision, (0.0, 0))[0]:
                 best_rate[precision] = (rate, size)

@@ -19,9 +19,10 @@ from dataclasses import replace
 import common  # noqa: F401  (puts the project on sys.path)
 import numpy as np
 
-from builders.build import load_task_data, spec_for
+from builders.build import load_task_data
 from builders.grid import HYPER_ORDER, PRESETS, full_grid, groups, stratified_sample, sweep_sample
-from builders.trainer import train_groups
+from builders.tasks import get_task
+from builders.trainer import Recipe, train_groups
 from small_transformer_zoo.devices import usable_cores
 
 
@@ -46,8 +47,9 @@ def main() -> None:
     changes = {"epochs": args.epochs, "max_train_samples": args.train_samples, "batch_size": args.batch_size,
                "selection": args.selection}
     preset = replace(preset, **{k: v for k, v in changes.items() if v is not None})
-    data = load_task_data(args.task, None, preset)
-    spec = spec_for(args.task, data)
+    task = get_task(args.task)
+    data = load_task_data(task, None, preset)
+    spec = task.spec(data)
     pick = sweep_sample if preset.selection == "sweep" else stratified_sample
     runs = pick(full_grid(args.task), args.runs)
     workers = usable_cores()
@@ -58,8 +60,8 @@ def main() -> None:
     started = time.perf_counter()
     last: dict[str, float] = {}
     best: dict[str, float] = {}
-    for _, checkpoints, _ in train_groups(todo, data, spec, preset.epochs, [preset.epochs], preset.batch_size,
-                                          workers, None, "cpu", "fp32", preset.augment):
+    recipe = Recipe(preset.epochs, (preset.epochs,), preset.batch_size, preset.augment)
+    for _, checkpoints, _ in train_groups(todo, data, spec, recipe, "cpu", workers):
         for c in checkpoints:
             (best if c.is_best else last)[c.run.run_id] = c.metrics["test_accuracy"]
     seconds = time.perf_counter() - started

@@ -31,10 +31,13 @@ from small_transformer_zoo.store.writer import ZooWriter
 from .data import TaskData
 from .device import check_precision, choose_group_size
 from .grid import OPTIMIZERS, PRESETS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
-from .tasks import DataRequest, get_task
-from .trainer import Checkpoint, train_groups
+from .tasks import DataRequest, Task, get_task
+from .trainer import Checkpoint, Recipe, train_groups
 
 PLAN_NAME = "plan.json"
+CPU_GFLOPS_PER_CORE = 17.7   # the build's measured rate on this project's CPUs (BENCHMARKS.md), for estimates
+GPU_TFLOPS = 10.0            # an assumed rate for estimates on an accelerator (not measured here)
+CONFIRM_HOURS = 4.0          # a build estimated to take longer asks for --yes or --max-hours
 
 
 @dataclass(frozen=True)
@@ -56,21 +59,75 @@ class BuildPlan:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def recipe(self) -> Recipe:
+        return Recipe(self.epochs, tuple(self.checkpoint_epochs), self.batch_size, self.augment, self.precision)
+
 
 def config_name(task: str, preset: str) -> str:
     return task if preset == "paper" else f"{task}-{preset}"
 
 
-def load_task_data(task: str, data_dir: str | Path | None, preset: Preset,
-                   word2vec: str | Path | None = None) -> TaskData:
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one `stz build` is asked: the task (a registered task), the preset, where the zoo goes, the data,
+    and where and how to train (placement choices never change the zoo); `carve_from_test`: a folder without
+    training files may have its test files carved into train and test, on purpose and said everywhere; a build
+    estimated to take longer than `CONFIRM_HOURS` needs `confirm` or a `max_hours` it fits in."""
+
+    task: Task
+    preset: Preset
+    out: Path
+    data_dir: str | Path | None = None
+    word2vec: str | Path | None = None
+    device: str = "auto"
+    precision: str = "fp32"
+    group_size: int | str = "auto"
+    workers: int | None = None
+    num_shards: int = 1
+    shard_index: int = 0
+    carve_from_test: bool = False
+    confirm: bool = False
+    max_hours: float | None = None
+
+    @classmethod
+    def of(cls, task: str, preset: str, out: str | Path, **options: Any) -> "BuildRequest":
+        """A request naming the task and preset (checked against their registries)."""
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; presets are {list(PRESETS)}")
+        return cls(get_task(task), PRESETS[preset], Path(out), **options)
+
+    @property
+    def config(self) -> str:
+        return config_name(self.task.name, self.preset.name)
+
+
+@dataclass
+class Build:
+    """A request resolved before any training: its data, architecture, plan, the runs of this shard and where
+    they train."""
+
+    request: BuildRequest
+    data: TaskData
+    spec: ArchitectureSpec
+    plan: BuildPlan
+    runs: list[Run]
+    mine: list[Run]
+    placement: Placement | None = None
+
+    @property
+    def out(self) -> Path:
+        return self.request.out
+
+
+def load_task_data(task: Task, data_dir: str | Path | None, preset: Preset, word2vec: str | Path | None = None,
+                   carve_from_test: bool = False) -> TaskData:
     """The data a registered task trains on (`builders.tasks`), capped by the preset; errors before any training
     when files are missing or malformed. `word2vec`: a pretrained word2vec text file for a text task's embedding
     instead of the one built from the corpus."""
-    found = get_task(task)
-    if word2vec is not None and "word2vec" not in found.options:
-        raise ValueError(f"--word2vec is for text tasks, not {task!r}")
+    if word2vec is not None and "word2vec" not in task.options:
+        raise ValueError(f"--word2vec is for text tasks, not {task.name!r}")
     options = {"word2vec": word2vec} if word2vec is not None else {}
-    data = found.load(DataRequest(data_dir, preset.max_train_samples, options))
+    data = task.load(DataRequest(data_dir, preset.max_train_samples, options, carve_from_test))
     if preset.max_train_samples is not None and len(data.train_y) > preset.max_train_samples:
         data.train_x, data.train_y = data.train_x[: preset.max_train_samples], data.train_y[: preset.max_train_samples]
         data.source["train_samples_capped_at"] = preset.max_train_samples
@@ -81,19 +138,23 @@ def load_task_data(task: str, data_dir: str | Path | None, preset: Preset,
     return data
 
 
-def spec_for(task: str, data: TaskData) -> ArchitectureSpec:
-    return get_task(task).spec(data)
-
-
-def make_plan(task: str, preset: Preset, data: TaskData, spec: ArchitectureSpec,
+def make_plan(task: Task, preset: Preset, data: TaskData, spec: ArchitectureSpec,
               precision: str = "fp32") -> tuple[BuildPlan, list[Run]]:
     """The plan and its runs in run-id order. How runs are grouped is not part of the plan: each run trains the
     same whatever its group, so any group size, device count or shard split builds the same zoo."""
-    runs = sorted(preset_runs(task, preset), key=lambda r: r.run_id)
-    plan = BuildPlan(task, preset.name, config_name(task, preset.name), preset.epochs,
+    runs = sorted(preset_runs(task.name, preset), key=lambda r: r.run_id)
+    plan = BuildPlan(task.name, preset.name, config_name(task.name, preset.name), preset.epochs,
                      checkpoint_epochs(preset.epochs, preset.every_epoch), preset.batch_size, preset.augment, precision,
                      len(runs), spec.to_dict(), data.source.get("sha256", ""))
     return plan, runs
+
+
+def resolve(request: BuildRequest) -> Build:
+    """Load the data and make the plan (errors before any training)."""
+    data = load_task_data(request.task, request.data_dir, request.preset, request.word2vec, request.carve_from_test)
+    spec = request.task.spec(data)
+    plan, runs = make_plan(request.task, request.preset, data, spec, request.precision)
+    return Build(request, data, spec, plan, runs, shard_runs(runs, request.num_shards, request.shard_index))
 
 
 def training_flops_per_sample(spec: ArchitectureSpec) -> float:
@@ -172,11 +233,11 @@ def trained_runs(folders: list[Path]) -> dict[str, Path]:
     return found
 
 
-def assemble(out: Path, plan: BuildPlan, runs: list[Run], part_dirs: list[Path], spec: ArchitectureSpec,
-             data: TaskData, shard_size: int) -> dict[str, Any]:
+def assemble(build: Build, part_dirs: list[Path]) -> dict[str, Any]:
     """Join the parts into the zoo; every run of the plan must be present exactly once."""
+    plan, out = build.plan, build.out
     found = trained_runs(part_dirs)
-    expected = [r.run_id for r in runs]
+    expected = [r.run_id for r in build.runs]
     missing = [r for r in expected if r not in found]
     extra = sorted(set(found) - set(expected))
     if missing or extra:
@@ -189,13 +250,13 @@ def assemble(out: Path, plan: BuildPlan, runs: list[Run], part_dirs: list[Path],
         checkpoints += part
         devices |= used
     checkpoints.sort(key=lambda c: (c.run.run_id, c.is_best, c.epoch))
-    task = {"name": plan.task, "source": data.source, "description": get_task(plan.task).description}
-    with ZooWriter(out, plan.config, spec, task=task,
+    task = {"name": plan.task, "source": build.data.source, "description": build.request.task.description}
+    with ZooWriter(out, plan.config, build.spec, task=task,
                    provenance={"build_plan": plan.to_dict(), "devices": sorted(devices)},
                    grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
-                   shard_size=shard_size, overwrite=True) as writer:
-        if data.embedding is not None:
-            writer.add_extra("embedding", {"table": data.embedding})
+                   shard_size=build.request.preset.shard_size, overwrite=True) as writer:
+        if build.data.embedding is not None:
+            writer.add_extra("embedding", {"table": build.data.embedding})
         for c in checkpoints:
             writer.add(c.params, {"run_id": c.run.run_id, "epoch": c.epoch, "is_best": c.is_best,
                                   "diverged": c.diverged, **{k: v for k, v in c.run.hyperparameters().items()},
@@ -212,59 +273,72 @@ class Placement:
     workers: int | None = None
 
 
-def plan_placement(device: str, group_size: int | str, workers: int | None, preset: Preset, plan: BuildPlan,
-                   spec: ArchitectureSpec, data: TaskData, runs: list[Run], free_bytes: int | None = None) -> Placement:
+def plan_placement(build: Build, free_bytes: int | None = None) -> Placement:
     """Resolve `--device`, check `--precision` there and choose the group size (errors before any training)."""
-    where = resolve_device(device)
-    check_precision(where, plan.precision)
+    request, spec, data = build.request, build.spec, build.data
+    where = resolve_device(request.device)
+    check_precision(where, build.plan.precision)
     tokens = spec.num_tokens if spec.modality == "vision" else data.train_x.shape[1]
-    family = max(sum(r.optimizer == o for r in runs) for o in OPTIMIZERS)
-    parallel = (workers or usable_cores()) if where.type == "cpu" else 1
-    size = choose_group_size(group_size, where, spec, plan.batch_size, plan.precision, tokens, preset.group_size,
-                             family, parallel, free_bytes)
-    return Placement(where, size, workers)
+    family = max(sum(r.optimizer == o for r in build.mine) for o in OPTIMIZERS)
+    parallel = (request.workers or usable_cores()) if where.type == "cpu" else 1
+    size = choose_group_size(request.group_size, where, spec, build.plan.batch_size, build.plan.precision, tokens,
+                             request.preset.group_size, family, parallel, free_bytes)
+    return Placement(where, size, request.workers)
 
 
-def run_build(task: str, preset_name: str, out: str | Path, data_dir: str | Path | None = None,
-              num_shards: int = 1, shard_index: int = 0, dry_run: bool = False, progress: bool = True,
+def estimated_hours(cost: dict[str, float], placement: Placement) -> float:
+    """A build's hours at this project's measured CPU rate per core, or an assumed accelerator rate."""
+    if placement.device.type == "cpu":
+        rate = CPU_GFLOPS_PER_CORE * 1e9 * (placement.workers or usable_cores())
+    else:
+        rate = GPU_TFLOPS * 1e12
+    return cost["tflop"] * 1e12 / rate / 3600
+
+
+def check_duration(request: BuildRequest, hours: float) -> None:
+    """A long build runs only when asked for: `confirm` (--yes), or a `max_hours` that the estimate fits in."""
+    if request.max_hours is not None:
+        if hours > request.max_hours:
+            raise ValueError(f"this build is estimated at {hours:,.1f} hours, more than --max-hours "
+                             f"{request.max_hours:g}; choose a smaller preset, shard it (--num-shards) or raise it")
+        return
+    if hours > CONFIRM_HOURS and not request.confirm:
+        raise ValueError(f"this build is estimated at {hours:,.1f} hours on this device; pass --yes (or "
+                         f"--max-hours H) to start it, or shard it over machines with --num-shards")
+
+
+def run_build(request: BuildRequest, *, dry_run: bool = False, progress: bool = True,
               executor: Callable[..., Any] | None = None, log: Callable[[str], None] = print,
-              word2vec: str | Path | None = None, device: str = "cpu", precision: str = "fp32",
-              group_size: int | str = "auto", workers: int | None = None,
               free_bytes: int | None = None) -> dict[str, Any]:
     """Build (or dry-run) a zoo; with several shards, this call trains one shard's runs and does not assemble.
-
-    `device`: auto, cpu, cuda or cuda:N; `precision`: fp32 or bf16 (autocast matmuls, float32 weights and
-    checkpoints); `group_size`: runs trained together, `auto` to fit the device's free memory (`free_bytes`
-    overrides the measured figure). None of these placement choices changes which runs or checkpoints the zoo has.
-    """
-    if preset_name not in PRESETS:
-        raise ValueError(f"unknown preset {preset_name!r}; presets are {list(PRESETS)}")
-    preset, out = PRESETS[preset_name], Path(out)
-    data = load_task_data(task, data_dir, preset, word2vec)
-    spec = spec_for(task, data)
-    plan, runs = make_plan(task, preset, data, spec, precision)
-    mine = shard_runs(runs, num_shards, shard_index)
-    cost = estimate_cost(plan, data, spec, mine)
-    log(f"plan: task {task}, preset {preset_name}, config {plan.config}: {plan.runs} runs, {plan.epochs} epochs of "
-        f"batches of {plan.batch_size}{'' if plan.augment else ', no augmentation'}, {plan.precision}, checkpoints "
+    `free_bytes` overrides the device's measured free memory (for `--group-size auto`)."""
+    build = resolve(request)
+    plan = build.plan
+    cost = estimate_cost(plan, build.data, build.spec, build.mine)
+    data = build.data
+    log(f"plan: task {plan.task}, preset {plan.preset}, config {plan.config}: {plan.runs} runs, {plan.epochs} epochs "
+        f"of batches of {plan.batch_size}{'' if plan.augment else ', no augmentation'}, {plan.precision}, checkpoints "
         f"at epochs {_epoch_list(plan.checkpoint_epochs)} and the best; data: {data.source.get('from')} "
         f"({len(data.train_y)} train, {len(data.validation_y)} validation, {len(data.test_y)} test)")
-    log(f"this {'shard' if num_shards > 1 else 'build'}: {cost['runs']} runs, {cost['model_epochs']:,} model-epochs, "
-        f"{cost['tflop']:.2f} TFLOP")
-    placement = plan_placement(device, group_size, workers, preset, plan, spec, data, mine, free_bytes)
+    if data.source.get("carved_from_test"):
+        log(f"note: {data.source['files']}: the zoo's runs train on samples of the data set's test half "
+            f"(--carve-from-test); its manifest and card say so")
+    build.placement = plan_placement(build, free_bytes)
+    hours = estimated_hours(cost, build.placement)
+    log(f"this {'shard' if request.num_shards > 1 else 'build'}: {cost['runs']} runs, {cost['model_epochs']:,} "
+        f"model-epochs, {cost['tflop']:.2f} TFLOP, about {hours:,.1f} hours on {build.placement.device}")
     if dry_run:
-        return {"plan": plan.to_dict(), "cost": cost, "device": str(placement.device),
-                "group_size": placement.group_size}
-    with exclusive_lock(out, plan.config, f"stz build --preset {preset_name}"):
-        return _train_and_assemble(out, plan, runs, mine, data, spec, preset, placement, executor, progress, log,
-                                   num_shards, shard_index)
+        return {"plan": plan.to_dict(), "cost": {**cost, "estimated_hours": hours},
+                "device": str(build.placement.device), "group_size": build.placement.group_size}
+    check_duration(request, hours)
+    with exclusive_lock(request.out, plan.config, f"stz build --preset {plan.preset}"):
+        return _train_and_assemble(build, executor, progress, log)
 
 
-def _train_and_assemble(out: Path, plan: BuildPlan, runs: list[Run], mine: list[Run], data: TaskData,
-                        spec: ArchitectureSpec, preset: Preset, placement: Placement,
-                        executor: Callable[..., Any] | None, progress: bool, log: Callable[[str], None],
-                        num_shards: int, shard_index: int) -> dict[str, Any]:
+def _train_and_assemble(build: Build, executor: Callable[..., Any] | None, progress: bool,
+                        log: Callable[[str], None]) -> dict[str, Any]:
     """The part of a build that writes (under the output's lock): train what no part holds yet, then assemble."""
+    out, plan, request = build.out, build.plan, build.request
     if check_output(out, plan):
         log(f"{out / plan.config} is already built with this plan; reusing it")
         shutil.rmtree(_build_dir(out, plan.config), ignore_errors=True)  # a run killed after the zoo was in place
@@ -273,16 +347,15 @@ def _train_and_assemble(out: Path, plan: BuildPlan, runs: list[Run], mine: list[
     parts.mkdir(parents=True, exist_ok=True)
     atomic_write_json(_build_dir(out, plan.config) / PLAN_NAME, plan.to_dict())
     done = trained_runs([parts])
-    todo = groups([r for r in mine if r.run_id not in done], placement.group_size)
+    todo = groups([r for r in build.mine if r.run_id not in done], build.placement.group_size)
     if done:
-        log(f"resuming: {sum(r.run_id in done for r in mine)} of {len(mine)} runs already trained")
-    log(f"training on {placement.device}: {len(todo)} groups of up to {placement.group_size} runs")
-    train = executor or local_executor()
-    train(todo, data, spec, plan, parts, progress, placement)
-    if num_shards > 1:
-        log(f"shard {shard_index} of {num_shards} done; join the shards with `stz merge`")
+        log(f"resuming: {sum(r.run_id in done for r in build.mine)} of {len(build.mine)} runs already trained")
+    log(f"training on {build.placement.device}: {len(todo)} groups of up to {build.placement.group_size} runs")
+    (executor or local_executor())(todo, build, parts, progress)
+    if request.num_shards > 1:
+        log(f"shard {request.shard_index} of {request.num_shards} done; join the shards with `stz merge`")
         return {"plan": plan.to_dict(), "parts": str(parts)}
-    manifest = assemble(out, plan, runs, [parts], spec, data, preset.shard_size)
+    manifest = assemble(build, [parts])
     shutil.rmtree(_build_dir(out, plan.config), ignore_errors=True)
     log(f"wrote {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs to "
         f"{out / plan.config}")
@@ -296,16 +369,15 @@ def _epoch_list(epochs: list[int]) -> str:
 
 def local_executor() -> Callable[..., None]:
     """Train the groups on this machine (CPU workers or one accelerator), saving each as it finishes."""
-    def execute(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: BuildPlan, parts: Path,
-                progress: bool, placement: Placement) -> None:
+    def execute(todo: list[list[Run]], build: Build, parts: Path, progress: bool) -> None:
         from tqdm import tqdm
 
-        total_steps = sum(plan.epochs * math.ceil(max(round(r.train_fraction * len(data.train_y)) for r in g)
-                                                  / plan.batch_size) for g in todo)
+        placement, recipe, data = build.placement, build.plan.recipe(), build.data
+        total_steps = sum(recipe.epochs * math.ceil(max(round(r.train_fraction * len(data.train_y)) for r in g)
+                                                    / recipe.batch_size) for g in todo)
         with tqdm(total=total_steps, desc="training", unit="step", disable=not progress, file=sys.stderr) as bar:
-            finished = train_groups(todo, data, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size,
-                                    placement.workers, lambda: bar.update(1), placement.device, plan.precision,
-                                    plan.augment)
+            finished = train_groups(todo, data, build.spec, recipe, placement.device, placement.workers,
+                                    lambda: bar.update(1))
             for index, (group, checkpoints, seconds) in enumerate(finished, start=1):
                 save_part(parts, group_id(group), checkpoints, placement.device.type)
                 bar.write(f"group {index}/{len(todo)} {group_id(group)} ({group[0].optimizer}, {len(group)} runs): "
@@ -314,14 +386,15 @@ def local_executor() -> Callable[..., None]:
     return execute
 
 
-def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, preset_name: str,
-                 data_dir: str | Path | None = None, word2vec: str | Path | None = None,
-                 precision: str = "fp32") -> dict[str, Any]:
-    """Join the parts of sharded builds (`--num-shards`) into one zoo under `out`."""
-    preset, out = PRESETS[preset_name], Path(out)
-    data = load_task_data(task, data_dir, preset, word2vec)
-    spec = spec_for(task, data)
-    plan, runs = make_plan(task, preset, data, spec, precision)
+def merge_shards(request: BuildRequest, shard_dirs: list[str | Path], replace: bool = False) -> dict[str, Any]:
+    """Join the parts of sharded builds (`--num-shards`) into the zoo at `request.out`; refuses to replace a zoo
+    already there unless `replace`."""
+    build = resolve(request)
+    plan = build.plan
+    existing = request.out / plan.config / MANIFEST_NAME
+    if existing.exists() and not replace:
+        raise ZooFormatError(existing, "a zoo is already here; merging would replace it: pass --replace to do so, "
+                                       "or merge into another folder")
     part_dirs = []
     for folder in map(Path, shard_dirs):
         plan_path = _build_dir(folder, plan.config) / PLAN_NAME
@@ -330,5 +403,5 @@ def merge_shards(out: str | Path, shard_dirs: list[str | Path], task: str, prese
         if json.loads(plan_path.read_text()) != plan.to_dict():
             raise ZooFormatError(plan_path, "this shard was built with another plan")
         part_dirs.append(_build_dir(folder, plan.config) / "parts")
-    with exclusive_lock(out, plan.config, f"stz merge --preset {preset_name}"):
-        return assemble(out, plan, runs, part_dirs, spec, data, preset.shard_size)
+    with exclusive_lock(request.out, plan.config, f"stz merge --preset {plan.preset}"):
+        return assemble(build, part_dirs)

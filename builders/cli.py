@@ -5,8 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
+from small_transformer_zoo.cli import bounded
+
 from .grid import PRECISIONS, PRESETS
 from .tasks import get_task, task_names
+
+
+def _request(args: argparse.Namespace, **extra: object) -> object:
+    from .build import BuildRequest
+
+    return BuildRequest.of(args.task, args.preset, args.out, data_dir=args.data_dir, word2vec=args.word2vec,
+                           precision=args.precision, carve_from_test=args.carve_from_test, **extra)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -18,9 +27,10 @@ def _build(args: argparse.Namespace) -> int:
         executor = ray_executor(args.ray_address)
     else:
         executor = local_executor()
-    result = run_build(args.task, args.preset, args.out, args.data_dir, args.num_shards, args.shard_index,
-                       args.dry_run, progress=not args.no_progress, executor=executor, word2vec=args.word2vec,
-                       device=args.device, precision=args.precision, group_size=args.group_size, workers=args.workers)
+    request = _request(args, device=args.device, group_size=args.group_size, workers=args.workers,
+                       num_shards=args.num_shards, shard_index=args.shard_index, confirm=args.yes,
+                       max_hours=args.max_hours)
+    result = run_build(request, dry_run=args.dry_run, progress=not args.no_progress, executor=executor)
     if args.dry_run:
         print(json.dumps({**result["cost"], "device": result["device"], "group_size": result["group_size"]}, indent=2))
     return 0
@@ -30,16 +40,16 @@ def _group_size(text: str) -> int | str:
     if text == "auto":
         return text
     try:
-        return int(text)
+        int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected 'auto' or a number of runs, got {text!r}") from None
+    return bounded(int, 1)(text)
 
 
 def _merge(args: argparse.Namespace) -> int:
     from .build import merge_shards
 
-    manifest = merge_shards(args.out, args.shards, args.task, args.preset, args.data_dir, args.word2vec,
-                            args.precision)
+    manifest = merge_shards(_request(args), args.shards, replace=args.replace)
     print(f"merged {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs into "
           f"{args.out}/{manifest['config']}")
     return 0
@@ -58,8 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                           "from the Hub (default: the task's own source)")
     build.add_argument("--word2vec", help="agnews: a pretrained word2vec text file (`word v1 v2 ...` per line) for "
                                           "the embedding, reduced to 32 dims by PCA, instead of one built from the corpus")
-    build.add_argument("--num-shards", type=int, default=1, help="split the run groups into this many shards (default: 1)")
-    build.add_argument("--shard-index", type=int, default=0, help="which shard this process trains (0-based)")
+    build.add_argument("--num-shards", type=bounded(int, 1), default=1,
+                       help="split the run groups into this many shards (default: 1)")
+    build.add_argument("--shard-index", type=bounded(int, 0), default=0, help="which shard this process trains (0-based)")
     build.add_argument("--dry-run", action="store_true", help="print the plan and its cost, train nothing")
     build.add_argument("--device", default="auto",
                        help="auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N (default: auto)")
@@ -69,7 +80,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--group-size", default="auto", type=_group_size,
                        help="runs trained together in one vectorized step; auto: the preset's on a CPU, as many as "
                             "fit in free memory on a GPU (default: auto)")
-    build.add_argument("--workers", type=int, help="CPU: groups trained at a time (default: one per core)")
+    build.add_argument("--workers", type=bounded(int, 1), help="CPU: groups trained at a time (default: one per core)")
+    build.add_argument("--carve-from-test", action="store_true",
+                       help="a --data-dir with only the test files: train on 80%% of them and test on the rest, on "
+                            "purpose (without it such a folder is refused; the manifest and card say so)")
+    build.add_argument("--yes", action="store_true", help="start a build estimated to take more than 4 hours")
+    build.add_argument("--max-hours", type=bounded(float, 0, low_open=True),
+                       help="start the build only if it is estimated to take at most this many hours")
     build.add_argument("--ray", action="store_true", help="train the groups as tasks on a Ray cluster")
     build.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
     build.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -84,4 +101,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("--data-dir", help="the --data-dir the shards were built with")
     merge.add_argument("--word2vec", help="the --word2vec file the shards were built with")
     merge.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the --precision the shards used (default: fp32)")
+    merge.add_argument("--carve-from-test", action="store_true", help="the shards were built with --carve-from-test")
+    merge.add_argument("--replace", action="store_true", help="replace a zoo of the same config already in OUT")
     merge.set_defaults(func=_merge)

@@ -96,8 +96,26 @@ def split_validation(x: np.ndarray, y: np.ndarray, fraction: float = VALIDATION_
     return x[order[cut:]], y[order[cut:]], x[order[:cut]], y[order[:cut]]
 
 
-def load_idx_folder(folder: str | Path, name: str) -> TaskData:
-    """MNIST-format IDX files (gzip or not). With only the t10k files, 80/20 of them become train/test."""
+def carve_test(x: Any, y: np.ndarray, folder: Path, missing: str, carve_from_test: bool
+               ) -> tuple[Any, np.ndarray, Any, np.ndarray]:
+    """Train and test halves (80/20, seeded) of a data set's test files, where there are no training files: only
+    when asked for (`--carve-from-test`), since the zoo then trains on samples of the test set."""
+    if not carve_from_test:
+        raise ZooFormatError(folder, f"no {missing} here, only the test files; pass --carve-from-test to train the zoo "
+                                     f"on 80% of the test files and test it on the rest, on purpose (its manifest and "
+                                     f"card then say so)")
+    order = np.random.default_rng(DATA_SEED).permutation(len(y))
+    cut = int(len(y) * 0.8)
+    take = (lambda idx: [x[i] for i in idx]) if isinstance(x, list) else (lambda idx: x[idx])
+    return take(order[:cut]), y[order[:cut]], take(order[cut:]), y[order[cut:]]
+
+
+CARVED = "test files only, carved 80/20 into train and test (--carve-from-test): the runs train on test-set samples"
+
+
+def load_idx_folder(folder: str | Path, name: str, carve_from_test: bool = False) -> TaskData:
+    """MNIST-format IDX files (gzip or not). A folder with only the t10k files is refused unless
+    `carve_from_test` (`carve_test`)."""
     folder = Path(folder)
     parts = {key: _open_maybe_gzip(folder, stem) for key, stem in IDX_FILES.items()}
     if parts["test_images"] is None or parts["test_labels"] is None:
@@ -113,15 +131,14 @@ def load_idx_folder(folder: str | Path, name: str) -> TaskData:
         train_x, train_y = arrays["train_images"], labels_ok(arrays["train_labels"], 10, parts["train_labels"][1])
         how = "train and t10k files"
     else:
-        order = np.random.default_rng(DATA_SEED).permutation(len(test_y))
-        cut = int(len(test_y) * 0.8)
-        train_x, train_y, test_x, test_y = test_x[order[:cut]], test_y[order[:cut]], test_x[order[cut:]], test_y[order[cut:]]
-        how = "t10k files only, carved 80/20 into train/test"
+        train_x, train_y, test_x, test_y = carve_test(test_x, test_y, folder, f"{IDX_FILES['train_images']}[.gz]",
+                                                      carve_from_test)
+        how = CARVED
     train_x, train_y, val_x, val_y = split_validation(train_x, train_y)
     return TaskData("vision", 10, _normalise_images(train_x), train_y, _normalise_images(val_x), val_y,
                     _normalise_images(test_x), test_y,
                     source={"dataset": name, "from": str(folder.resolve()), "files": how,
-                            "sha256": _digest(train_x, test_x, train_y, test_y)})
+                            "carved_from_test": how == CARVED, "sha256": _digest(train_x, test_x, train_y, test_y)})
 
 
 def load_embedded_mnist() -> TaskData:

@@ -9,18 +9,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 from .data import TaskData
 from .grid import Run, group_id
-from .trainer import Checkpoint, train_group
+from .build import Build, save_part
+from .trainer import Checkpoint, Recipe, train_group
 
 
-def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, plan: Any, device: str) -> list[Checkpoint]:
-    return train_group(group, data, spec, plan.epochs, plan.checkpoint_epochs, plan.batch_size, plan.augment,
-                       device=device, precision=plan.precision)
+def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, recipe: Recipe,
+                device: str) -> list[Checkpoint]:
+    return train_group(group, data, spec, recipe, device)
 
 
 def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Callable[..., None]:
@@ -30,19 +30,17 @@ def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Cal
     except ImportError:
         raise RuntimeError("--ray needs Ray: pip install 'small-transformer-zoo[ray]'") from None
 
-    def execute(todo: list[list[Run]], data: TaskData, spec: ArchitectureSpec, plan: Any, parts: Path,
-                progress: bool, placement: Any) -> None:
+    def execute(todo: list[list[Run]], build: Build, parts: Path, progress: bool) -> None:
         from tqdm import tqdm
 
-        from .build import save_part
 
         if not ray.is_initialized():
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        on_gpu = placement.device.type == "cuda"
+        on_gpu = build.placement.device.type == "cuda"
         remote = ray.remote(num_gpus=1 if on_gpu else 0)(_train_task)
-        data_ref = ray.put(data)
+        data_ref = ray.put(build.data)
         device = "cuda" if on_gpu else "cpu"  # Ray gives each GPU task its own visible device
-        pending = {remote.remote(g, data_ref, spec, plan, device): g for g in todo}
+        pending = {remote.remote(g, data_ref, build.spec, build.plan.recipe(), device): g for g in todo}
         with tqdm(total=len(todo), desc="ray tasks", unit="group", disable=not progress, file=sys.stderr) as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)

@@ -56,7 +56,7 @@ PRESETS = {
                    augment=False, max_validation_samples=1_000),
     "mini": Preset("mini", epochs=12, runs=40, max_train_samples=None, group_size=10, batch_size=16,
                    selection="sweep", augment=False, every_epoch=True),
-    "tiny": Preset("tiny", epochs=2, runs=16, max_train_samples=256, group_size=4),
+    "tiny": Preset("tiny", epochs=2, runs=20, max_train_samples=256, group_size=5),
 }
 @dataclass(frozen=True)
 class Run:

@@ -17,7 +17,8 @@ from scipy import sparse
 
 from small_transformer_zoo.errors import ZooFormatError
 
-from .data import HUB_PREFIX, TaskData, labels_ok, hub_repo, load_hub_split_columns, read_ag_news_csv, split_validation
+from .data import (CARVED, HUB_PREFIX, TaskData, carve_test, hub_repo, labels_ok, load_hub_split_columns, read_ag_news_csv,
+                   split_validation)
 
 TOKEN = re.compile(r"[a-z0-9']+")
 EMBED_DIM = 32
@@ -98,9 +99,10 @@ def load_word2vec_text(path: Path, vocabulary: dict[str, int], dim: int = EMBED_
 
 
 def load_ag_news(data_dir: str | Path | None, max_train: int | None = None, vocab_size: int = 5_000,
-                 length: int = 48, word2vec: str | Path | None = None) -> TaskData:
-    """AG News from a folder with train.csv and test.csv (with only test.csv, 80/20 of it is carved), or from the
-    Hub with `hf://datasets/<repo>` (a dataset with `text` and `label` 0..3 columns, as fancyzhx/ag_news)."""
+                 length: int = 48, word2vec: str | Path | None = None, carve_from_test: bool = False) -> TaskData:
+    """AG News from a folder with train.csv and test.csv (a folder with test.csv only is refused unless
+    `carve_from_test`), or from the Hub with `hf://datasets/<repo>` (a dataset with `text` and `label` 0..3
+    columns, as fancyzhx/ag_news)."""
     if data_dir is None:
         raise ZooFormatError(None, "AG News needs --data-dir: a folder with the standard train.csv and test.csv, or "
                                    "hf://datasets/fancyzhx/ag_news")
@@ -118,12 +120,10 @@ def load_ag_news(data_dir: str | Path | None, max_train: int | None = None, voca
             train_texts, train_y = read_ag_news_csv(folder / "train.csv")
             how = "train.csv and test.csv"
         else:
-            order = np.random.default_rng(0).permutation(len(test_y))
-            cut = int(len(order) * 0.8)
-            train_texts, train_y = [test_texts[i] for i in order[:cut]], test_y[order[:cut]]
-            test_texts, test_y = [test_texts[i] for i in order[cut:]], test_y[order[cut:]]
-            how = "test.csv only, carved 80/20 into train/test"
-        source = {"dataset": "ag_news", "from": str(folder.resolve()), "files": how}
+            train_texts, train_y, test_texts, test_y = carve_test(test_texts, test_y, folder, "train.csv",
+                                                                  carve_from_test)
+            how = CARVED
+        source = {"dataset": "ag_news", "from": str(folder.resolve()), "files": how, "carved_from_test": how == CARVED}
     train_tokens = [tokenize(t) for t in train_texts]
     vocabulary = build_vocabulary(train_tokens, vocab_size)
     train_ids = encode(train_tokens, vocabulary, length)

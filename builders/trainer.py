@@ -32,6 +32,17 @@ CROP_FILL = -1.0  # a black pixel after the (x - 0.5) / 0.5 normalisation: torch
 FINAL_LR = 1e-5
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How every run of a build trains (part of its plan)."""
+
+    epochs: int
+    checkpoint_epochs: tuple[int, ...]
+    batch_size: int
+    augment: bool
+    precision: str = "fp32"
+
+
 @dataclass
 class Checkpoint:
     run: Run
@@ -178,12 +189,11 @@ def packed_init(spec: ArchitectureSpec, runs: list[Run], generators: list[torch.
     return torch.stack(rows)
 
 
-def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: ArchitectureSpec, epochs: int,
-                checkpoint_epochs: list[int], batch_size: int = BATCH_SIZE, augment: bool = True,
-                on_step: Callable[[], None] | None = None, device: torch.device | str = "cpu",
-                precision: str = "fp32", hashed_dropout: bool | None = None) -> list[Checkpoint]:
-    """Train runs that share an optimizer in lockstep on `device`; return their checkpoints (epochs listed, and the
-    best).
+def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: ArchitectureSpec, recipe: Recipe,
+                device: torch.device | str = "cpu", on_step: Callable[[], None] | None = None,
+                hashed_dropout: bool | None = None) -> list[Checkpoint]:
+    """Train runs that share an optimizer in lockstep on `device`; return their checkpoints (the recipe's epochs,
+    and the best).
 
     `hashed_dropout` (default: on any device but the CPU) draws dropout masks from per-step seeds that each epoch's
     host draws include, so those draws can be made for the next epoch while this one trains; otherwise masks come
@@ -194,104 +204,162 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
     it is measured every epoch; test metrics only where a checkpoint is kept (the listed epochs, then the best
     epoch of each run where it is not one of them).
     """
-    optimizers = {run.optimizer for run in runs}
-    if len(optimizers) != 1:
-        raise ValueError(f"a group must share one optimizer, got {sorted(optimizers)}")
-    device = torch.device(device)
-    tensors = TrainingTensors.of(data, device)
-    models = len(runs)
-    streams = RunStreams(runs, spec, len(tensors.train_y))
-    packed = streams.initial.to(device).requires_grad_()
-    optimizer = VectorizedOptimizer(runs[0].optimizer, packed, torch.tensor([run.l2 for run in runs]))
-    hashed = device.type != "cpu" if hashed_dropout is None else hashed_dropout
-    dropout = GroupDropout([run.dropout for run in runs], streams.generators, sites=2 * spec.num_blocks + 1,
-                           device=device)
-    positions = sinusoidal_positions(spec.num_tokens, spec.d_model).to(device)
-    train_x, train_y, embedding = tensors.train_x, tensors.train_y, tensors.embedding
-    crop = augment and spec.modality == "vision"
-    token_shape = (batch_size, spec.num_tokens if spec.modality == "vision" else train_x.shape[1], spec.d_model)
-    diverged = torch.zeros(models, dtype=torch.bool, device=device)
-    best_accuracy = np.full(models, -1.0)
-    best: list[Checkpoint | None] = [None] * models
-    saved: list[Checkpoint] = []
+    return GroupTraining(runs, data, spec, recipe, device, on_step, hashed_dropout).run()
 
-    draw_epoch = partial(streams.epoch, batch_size, crop, hashed and bool(dropout.drawing))
-    # Hashed masks leave the generators to the epoch draws alone, so the next epoch's are made while this one
-    # trains; masks from the generators must be drawn in order with them, so the draws wait for their epoch.
-    with ThreadPoolExecutor(1) as prefetch:
-        upcoming = prefetch.submit(draw_epoch) if hashed else None
-        for epoch in range(1, epochs + 1):
-            lr = torch.tensor([learning_rate(run.learning_rate, epoch, epochs) for run in runs]).to(device)
-            draws = upcoming.result() if upcoming else draw_epoch()
-            upcoming = prefetch.submit(draw_epoch) if hashed and epoch < epochs else None
-            order, weights, steps = draws.order.to(device), draws.weight.to(device), draws.steps.to(device)
-            offsets = None if draws.offsets is None else draws.offsets.to(device)
-            seeds = None if draws.dropout_seeds is None else draws.dropout_seeds.to(device)
-            seen = torch.zeros(models, device=device)
-            correct = torch.zeros(models, device=device)
-            loss_sum = torch.zeros(models, dtype=torch.float64, device=device)
-            for step in range(draws.max_steps):
-                batch = slice(step * batch_size, (step + 1) * batch_size)
-                index, weight = order[:, batch], weights[:, batch]
-                active = (step < steps) & ~diverged
-                inputs = train_x[index]
-                if crop:
-                    inputs = random_crop(inputs, offsets[:, batch])
-                dropout.draw(token_shape, None if seeds is None else seeds[:, step])
-                with autocast(device, precision):
-                    logits = batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, embedding)
-                labels = train_y[index]
-                # Rows of [models * batch, classes]: the gradient that flows back is then laid out the same way
-                # whatever the group's size, and so are the sums (bias gradients) taken over it.
-                per_sample = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none"
-                                             ).view(labels.shape)
-                per_model = (per_sample * weight).sum(-1) / weight.sum(-1).clamp_min(1.0)
-                total = torch.where(active, per_model, torch.zeros_like(per_model)).nan_to_num().sum()
-                packed.grad = None
-                total.backward()
-                optimizer.step(lr, active)
-                with torch.no_grad():
-                    diverged |= ~packed.isfinite().all(1) | ~per_model.isfinite()
-                    counted = active.float()[:, None] * weight
-                    correct += ((logits.argmax(-1) == labels).float() * counted).sum(-1)
-                    loss_sum += (per_sample.detach() * counted).sum(-1).double()
-                    seen += counted.sum(-1)
-                if on_step:
-                    on_step()
-            rows = packed.detach().clone()
-            val_acc, val_loss = _evaluate(spec, rows, tensors.validation_x, tensors.validation_y, positions, embedding,
-                                          precision)
-            keep = epoch in checkpoint_epochs
-            test_acc, test_loss = (None, None)
+
+@dataclass
+class EpochTotals:
+    """What an epoch's steps add up per run: correctly classified and seen training samples, and their loss."""
+
+    correct: torch.Tensor
+    seen: torch.Tensor
+    loss: torch.Tensor
+
+
+class BestEpochs:
+    """Each run's best epoch by validation accuracy (diverged epochs never count), and the checkpoints it keeps."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        self.runs = runs
+        self.accuracy = np.full(len(runs), -1.0)
+        self.best: list[Checkpoint | None] = [None] * len(runs)
+        self.saved: list[Checkpoint] = []
+
+    def record(self, records: list[Checkpoint], validation_accuracy: np.ndarray, keep: bool) -> None:
+        for m, record in enumerate(records):
             if keep:
-                test_acc, test_loss = _evaluate(spec, rows, tensors.test_x, tensors.test_y, positions, embedding,
-                                                precision)
-            host_rows = rows.cpu().numpy()
-            correct_, seen_, loss_ = correct.cpu(), seen.cpu(), loss_sum.cpu()
-            diverged_ = diverged.cpu()
-            for m, run in enumerate(runs):
-                metrics = {"train_accuracy": float(correct_[m]) / float(seen_[m]) if seen_[m] else float("nan"),
-                           "train_loss": float(loss_[m]) / float(seen_[m]) if seen_[m] else float("nan"),
-                           "validation_accuracy": float(val_acc[m]), "validation_loss": float(val_loss[m])}
-                if keep:
-                    metrics |= {"test_accuracy": float(test_acc[m]), "test_loss": float(test_loss[m])}
-                record = Checkpoint(run, epoch, False, host_rows[m].copy(), metrics, bool(diverged_[m]))
-                if keep:
-                    saved.append(record)
-                if not record.diverged and val_acc[m] > best_accuracy[m]:
-                    best_accuracy[m], best[m] = val_acc[m], record
-    chosen = [best[m] or next(c for c in reversed(saved) if c.run is run) for m, run in enumerate(runs)]
-    untested = [m for m, c in enumerate(chosen) if "test_accuracy" not in c.metrics]
-    if untested:
-        rows = torch.from_numpy(np.stack([chosen[m].params for m in untested])).to(device)
-        test_acc, test_loss = _evaluate(spec, rows, tensors.test_x, tensors.test_y, positions, embedding, precision)
-        for m, acc, loss in zip(untested, test_acc, test_loss):
-            chosen[m].metrics |= {"test_accuracy": float(acc), "test_loss": float(loss)}
-    saved += [Checkpoint(c.run, c.epoch, True, c.params, c.metrics, c.diverged) for c in chosen]
-    for c in saved:
-        if c.diverged:
-            c.metrics = {k: (float("nan") if "loss" in k else v) for k, v in c.metrics.items()}
-    return saved
+                self.saved.append(record)
+            if not record.diverged and validation_accuracy[m] > self.accuracy[m]:
+                self.accuracy[m], self.best[m] = validation_accuracy[m], record
+
+    def chosen(self) -> list[Checkpoint]:
+        """Each run's best epoch (its last kept one when every epoch diverged)."""
+        return [self.best[m] or next(c for c in reversed(self.saved) if c.run is run) for m, run in enumerate(self.runs)]
+
+
+class GroupTraining:
+    """The state of one group's training (`train_group`): weights, optimizer, dropout and random streams."""
+
+    def __init__(self, runs: list[Run], data: TaskData | TrainingTensors, spec: ArchitectureSpec, recipe: Recipe,
+                 device: torch.device | str, on_step: Callable[[], None] | None, hashed_dropout: bool | None) -> None:
+        optimizers = {run.optimizer for run in runs}
+        if len(optimizers) != 1:
+            raise ValueError(f"a group must share one optimizer, got {sorted(optimizers)}")
+        self.runs, self.spec, self.recipe, self.on_step = runs, spec, recipe, on_step
+        self.device = torch.device(device)
+        self.tensors = TrainingTensors.of(data, self.device)
+        self.streams = RunStreams(runs, spec, len(self.tensors.train_y))
+        self.packed = self.streams.initial.to(self.device).requires_grad_()
+        self.optimizer = VectorizedOptimizer(runs[0].optimizer, self.packed, torch.tensor([run.l2 for run in runs]))
+        self.hashed = self.device.type != "cpu" if hashed_dropout is None else hashed_dropout
+        self.dropout = GroupDropout([run.dropout for run in runs], self.streams.generators,
+                                    sites=2 * spec.num_blocks + 1, device=self.device)
+        self.positions = sinusoidal_positions(spec.num_tokens, spec.d_model).to(self.device)
+        self.crop = recipe.augment and spec.modality == "vision"
+        tokens = spec.num_tokens if spec.modality == "vision" else self.tensors.train_x.shape[1]
+        self.token_shape = (recipe.batch_size, tokens, spec.d_model)
+        self.diverged = torch.zeros(len(runs), dtype=torch.bool, device=self.device)
+        self.best = BestEpochs(runs)
+
+    def run(self) -> list[Checkpoint]:
+        recipe = self.recipe
+        draw_epoch = partial(self.streams.epoch, recipe.batch_size, self.crop,
+                             self.hashed and bool(self.dropout.drawing))
+        # Hashed masks leave the generators to the epoch draws alone, so the next epoch's are made while this one
+        # trains; masks from the generators must be drawn in order with them, so the draws wait for their epoch.
+        with ThreadPoolExecutor(1) as prefetch:
+            upcoming = prefetch.submit(draw_epoch) if self.hashed else None
+            for epoch in range(1, recipe.epochs + 1):
+                draws = upcoming.result() if upcoming else draw_epoch()
+                upcoming = prefetch.submit(draw_epoch) if self.hashed and epoch < recipe.epochs else None
+                totals = self.train_epoch(epoch, draws)
+                self.evaluate(epoch, totals)
+        return self.finish()
+
+    def train_epoch(self, epoch: int, draws: EpochDraws) -> EpochTotals:
+        """One epoch of steps over every run's batches."""
+        device, size, models = self.device, self.recipe.batch_size, len(self.runs)
+        lr = torch.tensor([learning_rate(run.learning_rate, epoch, self.recipe.epochs) for run in self.runs]).to(device)
+        order, weights, steps = draws.order.to(device), draws.weight.to(device), draws.steps.to(device)
+        offsets = None if draws.offsets is None else draws.offsets.to(device)
+        seeds = None if draws.dropout_seeds is None else draws.dropout_seeds.to(device)
+        totals = EpochTotals(torch.zeros(models, device=device), torch.zeros(models, device=device),
+                             torch.zeros(models, dtype=torch.float64, device=device))
+        for step in range(draws.max_steps):
+            batch = slice(step * size, (step + 1) * size)
+            active = (step < steps) & ~self.diverged
+            self.step(order[:, batch], weights[:, batch], None if offsets is None else offsets[:, batch],
+                      None if seeds is None else seeds[:, step], active, lr, totals)
+            if self.on_step:
+                self.on_step()
+        return totals
+
+    def step(self, index: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor | None,
+             seeds: torch.Tensor | None, active: torch.Tensor, lr: torch.Tensor, totals: EpochTotals) -> None:
+        """One optimizer step of every active run on its batch (`index` [M, B] into the training data)."""
+        spec = self.spec
+        inputs = self.tensors.train_x[index]
+        if self.crop:
+            inputs = random_crop(inputs, offsets)
+        self.dropout.draw(self.token_shape, seeds)
+        with autocast(self.device, self.recipe.precision):
+            logits = batched_logits(spec, packed_views(spec, self.packed), inputs, self.positions, self.dropout,
+                                    self.tensors.embedding)
+        labels = self.tensors.train_y[index]
+        # Rows of [models * batch, classes]: the gradient that flows back is then laid out the same way whatever the
+        # group's size, and so are the sums (bias gradients) taken over it.
+        per_sample = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none"
+                                     ).view(labels.shape)
+        per_model = (per_sample * weight).sum(-1) / weight.sum(-1).clamp_min(1.0)
+        total = torch.where(active, per_model, torch.zeros_like(per_model)).nan_to_num().sum()
+        self.packed.grad = None
+        total.backward()
+        self.optimizer.step(lr, active)
+        with torch.no_grad():
+            self.diverged |= ~self.packed.isfinite().all(1) | ~per_model.isfinite()
+            counted = active.float()[:, None] * weight
+            totals.correct += ((logits.argmax(-1) == labels).float() * counted).sum(-1)
+            totals.loss += (per_sample.detach() * counted).sum(-1).double()
+            totals.seen += counted.sum(-1)
+
+    def _evaluate(self, rows: torch.Tensor, split: str) -> tuple[np.ndarray, np.ndarray]:
+        x, y = (self.tensors.validation_x, self.tensors.validation_y) if split == "validation" else \
+            (self.tensors.test_x, self.tensors.test_y)
+        return _evaluate(self.spec, rows, x, y, self.positions, self.tensors.embedding, self.recipe.precision)
+
+    def evaluate(self, epoch: int, totals: EpochTotals) -> None:
+        """The epoch's metrics for every run (validation always, test where a checkpoint is kept), recorded."""
+        rows = self.packed.detach().clone()
+        val_acc, val_loss = self._evaluate(rows, "validation")
+        keep = epoch in self.recipe.checkpoint_epochs
+        test_acc, test_loss = self._evaluate(rows, "test") if keep else (None, None)
+        host_rows = rows.cpu().numpy()
+        correct, seen, loss = totals.correct.cpu(), totals.seen.cpu(), totals.loss.cpu()
+        diverged = self.diverged.cpu()
+        records = []
+        for m, run in enumerate(self.runs):
+            metrics = {"train_accuracy": float(correct[m]) / float(seen[m]) if seen[m] else float("nan"),
+                       "train_loss": float(loss[m]) / float(seen[m]) if seen[m] else float("nan"),
+                       "validation_accuracy": float(val_acc[m]), "validation_loss": float(val_loss[m])}
+            if keep:
+                metrics |= {"test_accuracy": float(test_acc[m]), "test_loss": float(test_loss[m])}
+            records.append(Checkpoint(run, epoch, False, host_rows[m].copy(), metrics, bool(diverged[m])))
+        self.best.record(records, val_acc, keep)
+
+    def finish(self) -> list[Checkpoint]:
+        """The kept checkpoints and each run's best one, tested where its epoch was not kept."""
+        chosen = self.best.chosen()
+        untested = [m for m, c in enumerate(chosen) if "test_accuracy" not in c.metrics]
+        if untested:
+            rows = torch.from_numpy(np.stack([chosen[m].params for m in untested])).to(self.device)
+            test_acc, test_loss = self._evaluate(rows, "test")
+            for m, acc, loss in zip(untested, test_acc, test_loss):
+                chosen[m].metrics |= {"test_accuracy": float(acc), "test_loss": float(loss)}
+        saved = self.best.saved + [Checkpoint(c.run, c.epoch, True, c.params, c.metrics, c.diverged) for c in chosen]
+        for c in saved:
+            if c.diverged:
+                c.metrics = {k: (float("nan") if "loss" in k else v) for k, v in c.metrics.items()}
+        return saved
 
 
 @contextmanager
@@ -305,11 +373,9 @@ def intra_op_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec, epochs: int,
-                 checkpoint_epochs: list[int], batch_size: int = BATCH_SIZE, workers: int | None = None,
-                 on_step: Callable[[], None] | None = None, device: torch.device | str = "cpu",
-                 precision: str = "fp32", augment: bool = True
-                 ) -> Iterator[tuple[list[Run], list[Checkpoint], float]]:
+def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec, recipe: Recipe,
+                 device: torch.device | str = "cpu", workers: int | None = None,
+                 on_step: Callable[[], None] | None = None) -> Iterator[tuple[list[Run], list[Checkpoint], float]]:
     """Train groups and yield (group, checkpoints, seconds) as each ends.
 
     On a CPU, `workers` groups at a time (default: one per core this process may use), each on one core (one
@@ -319,12 +385,10 @@ def train_groups(groups: list[list[Run]], data: TaskData, spec: ArchitectureSpec
     """
     device = torch.device(device)
     tensors = TrainingTensors.of(data, device)
-    settings = {"epochs": epochs, "checkpoint_epochs": checkpoint_epochs, "batch_size": batch_size,
-                "augment": augment, "on_step": on_step, "device": device, "precision": precision}
 
     def train(group: list[Run]) -> tuple[list[Run], list[Checkpoint], float]:
         started = time.perf_counter()
-        checkpoints = train_group(group, tensors, spec, **settings)
+        checkpoints = train_group(group, tensors, spec, recipe, device, on_step)
         return group, checkpoints, time.perf_counter() - started
 
     count = max(1, min(workers or usable_cores(), len(groups))) if device.type == "cpu" else 1

@@ -14,10 +14,11 @@ from torch import nn
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
+from .invariant_stats import entry_statistics, feature_count, invariant_statistics
 from .model import COMPONENTS, mlp
 
-QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 TREE_MODELS = ("xgboost", "lightgbm", "random_forest")
+FLAT_MODES = ("mlp", "statnn", "statnn_invariant")
 
 
 def component_tensors(weights: TransformerWeights, components: Sequence[str]) -> dict[str, list[torch.Tensor]]:
@@ -29,92 +30,129 @@ def component_tensors(weights: TransformerWeights, components: Sequence[str]) ->
 
 def statistics(tensors: list[torch.Tensor]) -> torch.Tensor:
     """STATNN features: per tensor mean, variance and the 0/25/50/75/100% quantiles -> [batch, 7 * tensors]."""
-    features = []
-    q = None
-    for tensor in tensors:
-        flat = tensor.flatten(1)
-        if q is None or q.dtype != flat.dtype:
-            q = torch.tensor(QUANTILES, dtype=flat.dtype)
-        features += [flat.mean(1, keepdim=True), flat.var(1, keepdim=True, unbiased=False),
-                     torch.quantile(flat, q, dim=1).T]
-    return torch.cat(features, dim=1)
+    return torch.cat([entry_statistics(t.flatten(1), 1) for t in tensors], dim=1)
 
 
 class FlatPredictor(nn.Module):
-    """MLP (each component's flattened weights through its own MLP of width 50) or STATNN (statistics of every
-    tensor through an MLP of width 256); both end in a linear head and a sigmoid, like Transformer-NFN."""
+    """MLP (each component's flattened weights through its own MLP of width 50), STATNN (statistics of every
+    tensor through an MLP of width 256) or its invariant variant (`invariant_stats`, same MLP); each ends in a
+    dropout, a linear head and, for accuracy, a sigmoid, like Transformer-NFN."""
 
     def __init__(self, spec: ArchitectureSpec, mode: str = "mlp", components: Sequence[str] = COMPONENTS,
-                 hidden: int | None = None) -> None:
+                 hidden: int | None = None, outputs: int = 1, head_dropout: float = 0.0) -> None:
         super().__init__()
-        if mode not in ("mlp", "statnn"):
-            raise ValueError(f"mode must be 'mlp' or 'statnn', got {mode!r}")
-        self.spec, self.mode = spec, mode
+        if mode not in FLAT_MODES:
+            raise ValueError(f"mode must be one of {list(FLAT_MODES)}, got {mode!r}")
+        self.spec, self.mode, self.outputs = spec, mode, outputs
         self.components = tuple(c for c in COMPONENTS if c in components
                                 and any(spec.component(p.name) == c for p in spec.parameters()))
         sizes = {c: [p for p in spec.parameters() if spec.component(p.name) == c] for c in self.components}
         if mode == "mlp":
             width = hidden or 50
-            self.branches = nn.ModuleDict({c: mlp(sum(p.numel for p in sizes[c]), width) for c in self.components})
-            self.head = nn.Linear(width * len(self.components), 1)
+            self.sizes = [sum(p.numel for p in sizes[c]) for c in self.components]
+            self.branches = nn.ModuleList(mlp(size, width) for size in self.sizes)
+            body_width = width * len(self.components)
         else:
             width = hidden or 256
-            features = 7 * sum(len(sizes[c]) for c in self.components)
+            features = (7 * sum(len(sizes[c]) for c in self.components) if mode == "statnn"
+                        else feature_count(spec, self.components))
             self.body = nn.Sequential(nn.LayerNorm(features), mlp(features, width))
-            self.head = nn.Linear(width, 1)
+            body_width = width
+        self.head = nn.Sequential(nn.Dropout(head_dropout), nn.Linear(body_width, outputs))
+
+    @torch.no_grad()
+    def prepare(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Packed weights -> the model's input: each component's weights side by side (MLP) or the statistics."""
+        weights = TransformerWeights.from_params(params, self.spec)
+        if self.mode == "statnn_invariant":
+            return (invariant_statistics(weights, self.components),)
+        by_component = component_tensors(weights, self.components)
+        if self.mode == "statnn":
+            return (statistics([t for c in self.components for t in by_component[c]]),)
+        return (torch.cat([t.flatten(1) for c in self.components for t in by_component[c]], dim=1),)
+
+    def forward_prepared(self, features: torch.Tensor) -> torch.Tensor:
+        if self.mode == "mlp":
+            hidden = torch.cat([branch(part) for branch, part in zip(self.branches, features.split(self.sizes, 1))],
+                               dim=1)
+        else:
+            hidden = self.body(features)
+        logits = self.head(hidden)
+        return logits.squeeze(-1) if self.outputs == 1 else logits
 
     def forward_logits(self, weights: TransformerWeights) -> torch.Tensor:
-        by_component = component_tensors(weights, self.components)
-        if self.mode == "mlp":
-            parts = [branch(torch.cat([t.flatten(1) for t in by_component[c]], dim=1))
-                     for c, branch in self.branches.items()]
-            return self.head(torch.cat(parts, dim=1)).squeeze(-1)
-        tensors = [t for c in self.components for t in by_component[c]]
-        return self.head(self.body(statistics(tensors))).squeeze(-1)
+        return self.forward_prepared(*self.prepare(weights.to_params()))
 
     def forward(self, weights: TransformerWeights) -> torch.Tensor:
         return torch.sigmoid(self.forward_logits(weights))
 
 
-def tree_model(name: str, seed: int, n_estimators: int = 300, n_jobs: int = 1) -> Any:
+def tree_model(name: str, seed: int, n_estimators: int = 300, n_jobs: int = 1, classification: bool = False) -> Any:
     """The paper's tree settings: max depth 10, min child weight 50, at most 256 leaves; CPU builds on `n_jobs`
-    threads."""
+    threads; a classifier of the same settings for a class target."""
     if name == "xgboost":
-        from xgboost import XGBRegressor
+        from xgboost import XGBClassifier, XGBRegressor
 
         # Leaf by leaf, with a small histogram cache: level by level, XGBoost keeps a 76 MB histogram per node for
         # 18,506 features and needed 20 GB on a 2,839-checkpoint training split. Same trees here (the leaf limit
         # is never reached with min_child_weight 50), bounded memory.
-        return XGBRegressor(n_estimators=n_estimators, max_depth=10, min_child_weight=50, max_leaves=256,
-                            learning_rate=0.05, tree_method="hist", grow_policy="lossguide",
-                            max_cached_hist_node=32, random_state=seed, n_jobs=n_jobs, early_stopping_rounds=30)
+        kind = XGBClassifier if classification else XGBRegressor
+        # min_child_weight bounds a leaf's summed hessian: 1 per sample in regression, p(1 - p) <= 1/4 for a class,
+        # so 50 / 4 keeps leaves of at least about 50 samples either way.
+        return kind(n_estimators=n_estimators, max_depth=10, min_child_weight=50 / 4 if classification else 50,
+                    max_leaves=256,
+                    learning_rate=0.05, tree_method="hist", grow_policy="lossguide", max_cached_hist_node=32,
+                    random_state=seed, n_jobs=n_jobs, early_stopping_rounds=30)
     if name == "lightgbm":
-        from lightgbm import LGBMRegressor
+        from lightgbm import LGBMClassifier, LGBMRegressor
 
         # The histogram cache capped at 1 GB: uncapped, it keeps one histogram per leaf over 18,506 features and
         # passed 9 GB on a 2,839-checkpoint training split. Evicted histograms are recomputed: same trees.
-        return LGBMRegressor(n_estimators=n_estimators, max_depth=10, min_child_weight=50, num_leaves=256,
-                             learning_rate=0.05, random_state=seed, n_jobs=n_jobs, verbose=-1,
-                             histogram_pool_size=1024)
+        kind = LGBMClassifier if classification else LGBMRegressor
+        leaves = {"min_child_samples": 50, "min_child_weight": 1e-3} if classification else {"min_child_weight": 50}
+        return kind(n_estimators=n_estimators, max_depth=10, num_leaves=256, learning_rate=0.05, random_state=seed,
+                    n_jobs=n_jobs, verbose=-1, histogram_pool_size=1024, **leaves)
     if name == "random_forest":
-        from sklearn.ensemble import RandomForestRegressor
+        from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
-        return RandomForestRegressor(n_estimators=100, max_depth=10, min_samples_leaf=50, max_leaf_nodes=256,
-                                     random_state=seed, n_jobs=n_jobs)
+        kind = RandomForestClassifier if classification else RandomForestRegressor
+        return kind(n_estimators=100, max_depth=10, min_samples_leaf=50, max_leaf_nodes=256, random_state=seed,
+                    n_jobs=n_jobs)
     raise ValueError(f"unknown tree model {name!r}; choose from {TREE_MODELS}")
 
 
-def fit_tree(model: Any, name: str, train: tuple[np.ndarray, np.ndarray],
-             validation: tuple[np.ndarray, np.ndarray]) -> Any:
-    """Fit `tree_model(name, ...)` with the number of boosting rounds chosen on validation (early stopping); the
-    forest has no rounds."""
+class FittedTable:
+    """A fitted scikit-learn-style model on a fixed table of features per checkpoint: `predict(split)` gives the
+    target's values, or its class probabilities."""
+
+    def __init__(self, model: Any, features: Any, classes: int = 0) -> None:
+        self.model, self.features, self.classes = model, features, classes
+
+    def predict(self, split: Any) -> np.ndarray:
+        x = self.features(split)
+        if not self.classes:
+            return self.model.predict(x)
+        probabilities = np.zeros((len(x), self.classes))  # classes absent from the training split: probability 0
+        probabilities[:, np.asarray(self.model.classes_, dtype=int)] = self.model.predict_proba(x)
+        return probabilities
+
+
+def flat_weights(split: Any) -> np.ndarray:
+    return split.params.numpy()
+
+
+def fit_tree(model: Any, name: str, train: Any, validation: Any, features: Any = flat_weights,
+             classes: int = 0) -> FittedTable:
+    """Fit `tree_model(name, ...)` on `features` of the splits (default: the flattened weights), the number of
+    boosting rounds chosen on validation (early stopping); the forest has no rounds."""
+    x, y = features(train), train.target
     if name == "xgboost":
-        model.fit(*train, eval_set=[validation], verbose=False)
+        model.fit(x, y, eval_set=[(features(validation), validation.target)], verbose=False)
     elif name == "lightgbm":
         from lightgbm import early_stopping
 
-        model.fit(*train, eval_X=(validation[0],), eval_y=(validation[1],),
+        model.fit(x, y, eval_X=(features(validation),), eval_y=(validation.target,),
                   callbacks=[early_stopping(30, verbose=False)])
     else:
-        model.fit(*train)
-    return model
+        model.fit(x, y)
+    return FittedTable(model, features, classes)

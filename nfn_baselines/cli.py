@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-import time
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from small_transformer_zoo.cli import add_zoo_argument
+from small_transformer_zoo.cli import add_zoo_argument, bounded
 from small_transformer_zoo.devices import usable_cores
 
 from .metrics import DEFAULT_THRESHOLDS
 from .predictors import PREDICTORS, default_predictors
+from .protocols import PROTOCOLS
+from .targets import TARGETS
 
 if TYPE_CHECKING:
     from small_transformer_zoo import Zoo
@@ -23,46 +25,39 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from small_transformer_zoo.devices import resolve_device
+    from small_transformer_zoo.format.selection import parse_where
     from small_transformer_zoo.plots import plot_accuracy_histogram
 
-    from .benchmark import (load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
-                            summarize, write_results)
-    from .leaderboard import add_result, score_submission, write_submission
+    from .bench_runs import BenchRequest, run_bench
+    from .benchmark import model_specs
+    from .leaderboard import add_result, score_submission
 
-    models = model_specs(args.models, args.ablation)
-    seeds = list(range(args.seeds))
+    request = BenchRequest(
+        models=args.models, ablation=args.ablation, seeds=args.seeds, epochs=args.epochs, preprocess=args.preprocess,
+        protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []), target=args.target,
+        tune=args.tune, resplit=args.resplit, train_runs=args.train_runs, thresholds=tuple(args.thresholds),
+        device=str(resolve_device(args.device)), jobs=args.jobs, resamples=args.resamples,
+        bootstrap_seed=args.bootstrap_seed,
+        settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
+                                    ("patience", args.patience)) if v is not None})
     zoo = _bench_zoo(args)
-    args.config = zoo.config
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else
                                            Path("stz-out") / "bench")
-    data = load_bench_data(zoo, preprocess=args.preprocess)
-    started = time.perf_counter()
-    bar = tqdm(total=len(models) * len(seeds), desc="bench", unit="fit", file=sys.stderr)
-
-    def done(name: str, seed: int, row: dict) -> None:
-        bar.update(1)
-        bar.set_postfix_str(f"{name} seed {seed}: tau {row['tau']:.3f}")
-
-    result = run_benchmark(data, models, seeds, args.epochs, tuple(args.thresholds), on_done=done,
-                           device=str(resolve_device(args.device)), n_jobs=args.jobs)
+    conditions = 1 + (len(request.thresholds) if request.protocol == "paper" else 0)
+    fits = len(model_specs(request.models, request.ablation)) * conditions * (1 + request.resplit)
+    bar = tqdm(total=fits, desc="bench", unit="fit", file=sys.stderr)
+    outcome = run_bench(zoo, request, out, on_done=lambda name, condition, _: (
+        bar.update(1), bar.set_postfix_str(f"{name} {condition}")))
     bar.close()
-    summary = summarize(result)
-    markdown = render_markdown(summary, args.thresholds, len(seeds), args.config)
-    elapsed = time.perf_counter() - started
-    paths = write_results(out, args.config, summary, result, markdown,
-                          {"zoo": str(args.root), "config": args.config, "seeds": seeds, "epochs": args.epochs,
-                           "thresholds": list(args.thresholds), "preprocess": args.preprocess, "seconds": elapsed,
-                           "weight_stats": data.stats.to_dict() if data.stats else None})
-    plot = plot_predictions(result, out / f"{args.config}-predicted-vs-true.png", args.config)
-    histogram = plot_accuracy_histogram(zoo, out / f"{args.config}-accuracy-histogram.png")
-    for name, predicted in result.predictions.items():
-        submission = write_submission(out / "submissions" / f"{args.config}-{name}.csv", data.test_ids,
-                                      predicted)
-        if args.leaderboard:  # our own models enter through the same scorer as everyone's
-            metrics = score_submission(submission, zoo, args.config, "test", tuple(args.thresholds))
-            add_result(args.leaderboard, name, args.config, "test", metrics, f"stz bench (seed 0) {submission}")
-    print(markdown)
-    print(f"{elapsed:.0f} s; wrote {paths['markdown']}, {paths['json']}, {plot} and {histogram}")
+    histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
+    if args.leaderboard:  # our own models enter through the same scorer as everyone's
+        for name in outcome.result.models:
+            submission = outcome.paths[f"submission:{name}"]
+            metrics = score_submission(submission, zoo, zoo.config, "test", request.thresholds, target=request.target)
+            add_result(args.leaderboard, name, zoo.config, "test", metrics, f"stz bench (seed 0) {submission}")
+    print(outcome.markdown)
+    written = ", ".join(str(p) for k, p in outcome.paths.items() if not k.startswith("submission:"))
+    print(f"{outcome.seconds:.0f} s; wrote {written}, {histogram} and a submission per model under {out / 'submissions'}")
     return 0
 
 
@@ -83,11 +78,16 @@ def _score(args: argparse.Namespace) -> int:
 
     zoo = open_zoo(args.root, args.config, args.revision)
     args.config = zoo.config
-    metrics = score_submission(args.submission, zoo, zoo.config, args.split, tuple(args.thresholds))
-    print(f"{args.submission}: {metrics['n']} checkpoints of {args.config}/{args.split}")
-    for key, value in metrics.items():
-        if not key.startswith("n"):
-            print(f"  {key:<10} {value:.4f}")
+    metrics = score_submission(args.submission, zoo, zoo.config, args.split, tuple(args.thresholds), args.target)
+    boot = metrics["bootstrap"]
+    print(f"{args.submission}: {metrics['n']} checkpoints of {metrics['runs']} runs of {args.config}/{args.split}, "
+          f"target {args.target}; 95% intervals from {boot['resamples']} bootstrap resamples of the runs "
+          f"(seed {boot['seed']})")
+    for key, (low, high) in metrics["intervals"].items():
+        value = metrics[key]
+        shown = "undefined" if value is None or not math.isfinite(value) else f"{value:.4f}"
+        bounds = "" if low is None or not math.isfinite(low) else f"  [{low:.4f}, {high:.4f}]"
+        print(f"  {key:<10} {shown}{bounds}")
     if args.leaderboard:
         add_result(args.leaderboard, args.name or Path(args.submission).stem, args.config, args.split, metrics,
                    str(args.submission))
@@ -97,6 +97,18 @@ def _score(args: argparse.Namespace) -> int:
 
 def _leaderboard(args: argparse.Namespace) -> int:
     from .leaderboard import SubmissionError, load_leaderboard, render_leaderboard
+
+    if args.results == "init":
+        from .hub_leaderboard import create_leaderboard
+
+        if not args.repo:
+            raise ValueError("name the repo: stz leaderboard init OWNER/NAME")
+        url = create_leaderboard(args.repo, private=args.private)
+        print(f"created leaderboard {args.repo} ({url}): an empty results.json; participants submit with "
+              f"`stz submit FILE --leaderboard {args.repo} --zoo ZOO --name NAME`")
+        return 0
+    if args.repo:
+        raise ValueError(f"unexpected argument {args.repo!r} (only `stz leaderboard init REPO` takes a repo)")
 
     if args.hub:
         from .hub_leaderboard import hub_results
@@ -117,18 +129,19 @@ def _leaderboard(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from small_transformer_zoo import open_zoo
 
-    from .hub_leaderboard import submit
+    from .hub_leaderboard import main_metric_text, submit
 
     zoo = open_zoo(args.root, args.config, args.revision)
-    done = submit(args.submission, args.leaderboard, zoo, zoo.config, args.split, args.name, tuple(args.thresholds))
+    done = submit(args.submission, args.leaderboard, zoo, zoo.config, args.split, args.name, tuple(args.thresholds),
+                  target=args.target)
     local = ("labels withheld in this zoo: the maintainers score it" if done.metrics is None
-             else f"tau {done.metrics['tau']:.4f} against the labels of {args.root}")
+             else f"{main_metric_text(done.metrics)} against the labels of {args.root}")
     print(f"opened pull request #{done.pr_num} on {args.leaderboard}: {done.pr_url} ({local})")
     return 0
 
 
 def _review(args: argparse.Namespace) -> int:
-    from .hub_leaderboard import open_pull_requests, review
+    from .hub_leaderboard import main_metric_text, open_pull_requests, review
 
     numbers = args.pr or open_pull_requests(args.leaderboard)
     if not numbers:
@@ -136,38 +149,46 @@ def _review(args: argparse.Namespace) -> int:
     for num in numbers:
         done = review(args.leaderboard, num, args.root, merge=args.merge, thresholds=tuple(args.thresholds))
         claimed = done.claim["metrics"]
-        seen = "no local scores (labels withheld)" if claimed is None else f"claimed tau {claimed['tau']:.4f}"
-        print(f"#{num} {done.claim['name']} ({done.claim['config']}/{done.claim['split']}): tau "
-              f"{done.metrics['tau']:.4f} against the held-out labels, {seen}"
+        seen = "no local scores (labels withheld)" if claimed is None else f"claimed {main_metric_text(claimed)}"
+        print(f"#{num} {done.claim['name']} ({done.claim['config']}/{done.claim['split']}): "
+              f"{main_metric_text(done.metrics)} against the held-out labels, {seen}"
               f"{'; added to results.json and merged' if done.merged else ''}")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     score = sub.add_parser("score", help="validate and score a leaderboard submission (CSV or Parquet)")
-    score.add_argument("submission", help="file with columns checkpoint_id, predicted_accuracy")
+    score.add_argument("submission", help="file with columns checkpoint_id and predicted_<target> (predicted_accuracy "
+                                          "for the default target)")
+    score.add_argument("--target", default="test_accuracy", choices=list(TARGETS),
+                       help="what the submission predicts (default: test_accuracy)")
     add_zoo_argument(score, positional=False)
     score.add_argument("--split", default="test", help="split the predictions are for (default: test)")
-    score.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS),
+    score.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                        help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
     score.add_argument("--leaderboard", help="results file (JSON) to add the scores to")
     score.add_argument("--name", help="name on the leaderboard (default: the file name)")
     score.set_defaults(func=_score)
-    board = sub.add_parser("leaderboard", help="render a leaderboard results file as ranked Markdown tables")
+    board = sub.add_parser("leaderboard", help="render a leaderboard results file as ranked Markdown tables; "
+                                               "`stz leaderboard init REPO` creates a Hub leaderboard repo")
     board.add_argument("results", nargs="?", default="leaderboard.json",
-                       help="local results file (default: leaderboard.json)")
+                       help="local results file (default: leaderboard.json), or `init`")
+    board.add_argument("repo", nargs="?", metavar="REPO", help="with init: the Hub dataset repo to create")
+    board.add_argument("--private", action="store_true", help="with init: create the repo private")
     board.add_argument("--hub", metavar="REPO", help="read the results of this Hub leaderboard repo instead")
     board.add_argument("--revision", help="with --hub: branch or commit (default: main)")
     board.add_argument("--markdown", help="also write the tables to this file")
     board.set_defaults(func=_leaderboard)
     submit = sub.add_parser("submit", help="check and score a submission locally, then open a pull request on a "
                                            "Hub leaderboard repo")
-    submit.add_argument("submission", help="file with columns checkpoint_id, predicted_accuracy (CSV or Parquet)")
+    submit.add_argument("submission", help="file with columns checkpoint_id and predicted_<target> (CSV or Parquet)")
+    submit.add_argument("--target", default="test_accuracy", choices=list(TARGETS),
+                        help="what the submission predicts (default: test_accuracy)")
     submit.add_argument("--leaderboard", required=True, metavar="REPO", help="the leaderboard's Hub dataset repo")
     add_zoo_argument(submit, positional=False)
     submit.add_argument("--split", default="test", help="split the predictions are for (default: test)")
     submit.add_argument("--name", required=True, help="name on the leaderboard (letters, digits, ' ._-')")
-    submit.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS),
+    submit.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                         help="accuracy thresholds of the local scores (default: 0.2 0.4 0.6 0.8)")
     submit.set_defaults(func=_submit)
     rev = sub.add_parser("review", help="maintainers: re-score a leaderboard's pull requests against the full zoo "
@@ -175,32 +196,66 @@ def register(sub: argparse._SubParsersAction) -> None:
     rev.add_argument("leaderboard", metavar="REPO", help="the leaderboard's Hub dataset repo")
     rev.add_argument("--zoo", dest="root", required=True, metavar="ZOO",
                      help="the full zoo root, with the held-out labels: a local folder or a Hub dataset repo id")
-    rev.add_argument("--pr", type=int, nargs="+", help="pull request numbers (default: every open one)")
+    rev.add_argument("--pr", type=bounded(int, 1), nargs="+", help="pull request numbers (default: every open one)")
     rev.add_argument("--merge", action="store_true", help="add the scores to results.json and merge (default: "
                                                           "print the scores only)")
-    rev.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS),
+    rev.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                      help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
     rev.set_defaults(func=_review)
-    bench = sub.add_parser("bench", help="train Transformer-NFN and the baselines on a zoo, print Kendall's tau")
+    bench = sub.add_parser("bench", help="train Transformer-NFN, the baselines and the floors on a zoo, print the "
+                                         "table with 95%% intervals")
     bench.add_argument("root", nargs="?", metavar="ZOO",
                        help="zoo root: a local folder or a Hub dataset repo id (owner/name)")
     bench.add_argument("--zoo", dest="zoo_option", metavar="ZOO", help=argparse.SUPPRESS)
     bench.add_argument("--config", help="zoo config (default: the root's only one)")
     bench.add_argument("--revision", help="Hub branch or commit of a repo id (default: main)")
-    bench.add_argument("--seeds", type=int, default=5, help="seeds per model (default: 5)")
-    bench.add_argument("--epochs", type=int, default=30, help="epochs for the neural models (default: 30)")
+    bench.add_argument("--target", default="test_accuracy", choices=list(TARGETS),
+                       help="what the models predict: " + "; ".join(f"{t.name} ({t.description})"
+                                                                   for t in TARGETS.values())
+                            + " (default: test_accuracy)")
+    bench.add_argument("--protocol", default="all-checkpoints", choices=list(PROTOCOLS),
+                       help="all-checkpoints: train on every selected checkpoint, tau above a threshold on the test "
+                            "checkpoints above it; paper: one checkpoint per run (--epoch) and, per threshold, the "
+                            "zoo filtered first, then trained and tested on what passed (default: all-checkpoints)")
+    bench.add_argument("--epoch", type=bounded(int, 1), help="paper protocol: the epoch whose checkpoint each run "
+                                                             "gives (default: 3/4 of a built zoo's epochs; 75 for an "
+                                                             "imported release)")
+    bench.add_argument("--where", nargs="+", metavar="COLUMN=VALUE",
+                       help="select checkpoints by metadata, as Zoo.select(where=...): optimizer=adam, "
+                            "epoch=1,6,12 (any of), learning_rate=1e-4..1e-3 (range), train_loss=null")
+    bench.add_argument("--seeds", type=bounded(int, 1), default=5, help="seeds per model (default: 5)")
+    bench.add_argument("--epochs", type=bounded(int, 1), default=30,
+                       help="epochs for the neural models (default: 30)")
+    bench.add_argument("--tune", action="store_true",
+                       help="search learning rate, weight decay and epochs of every neural model on validation "
+                            "(4 trials, the same for every model); the untuned table is printed too")
+    bench.add_argument("--resplit", type=bounded(int, 0), default=0, metavar="K",
+                       help="repeat on K other run splits of the zoo (salts resplit-1..K) and report the spread "
+                            "across splits next to the spread across seeds (default: 0)")
+    bench.add_argument("--train-runs", type=bounded(float, 0, 1, low_open=True), default=1.0, metavar="SHARE",
+                       help="train on this share of the training runs (a seeded draw; a learning curve point) "
+                            "(default: 1)")
     bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both"), default="none",
                        help="what every model sees: raw weights, standardised ones (statistics of the training "
                             "split, stored in the results JSON), canonical forms, or both (default: none)")
     bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
                        metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
                                          f"{' '.join(default_predictors())})")
-    bench.add_argument("--jobs", type=int, default=usable_cores(), help="threads of the tree models (default: the "
-                                                                        "cores this process may use)")
+    bench.add_argument("--head-dropout", type=bounded(float, 0, 1, high_open=True),
+                       help="dropout before every neural model's head (default: 0)")
+    bench.add_argument("--weight-decay", type=bounded(float, 0), help="weight decay of the neural models (default: "
+                                                                      "0; --tune searches it)")
+    bench.add_argument("--patience", type=bounded(int, 1),
+                       help="stop a neural model after this many epochs without a better validation score")
+    bench.add_argument("--jobs", type=bounded(int, 1), default=usable_cores(),
+                       help="threads of the tree models (default: the cores this process may use)")
     bench.add_argument("--ablation", choices=("components", "width-depth"),
                        help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
-    bench.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS),
-                       help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+    bench.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+",
+                       default=list(DEFAULT_THRESHOLDS), help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+    bench.add_argument("--resamples", type=bounded(int, 100), default=1000,
+                       help="bootstrap resamples of the test runs for the intervals (default: 1000)")
+    bench.add_argument("--bootstrap-seed", type=bounded(int, 0), default=0, help="seed of the resamples (default: 0)")
     bench.add_argument("--out", help="folder for the JSON, Markdown, plots and submissions (default: ZOO/bench for a "
                                      "local root, stz-out/bench for a Hub repo)")
     bench.add_argument("--leaderboard", help="score each model's first-seed predictions into this results file")

@@ -23,8 +23,9 @@ from small_transformer_zoo.errors import DataError, hub_errors
 from small_transformer_zoo.format.manifest import package_version
 
 from .leaderboard import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
-                          with_result)
-from .metrics import DEFAULT_THRESHOLDS, defined, scores
+                          score_values, with_result)
+from .metrics import DEFAULT_THRESHOLDS, defined
+from .targets import get_target
 
 RESULTS = "results.json"
 SUBMISSIONS = "submissions"
@@ -59,18 +60,20 @@ def _hub_call(what: str, call: Any, *args: Any, passthrough: type[Exception] | t
         return call(*args, **kwargs)
 
 
-def submission_path(config: str, split: str, name: str, suffix: str) -> str:
-    """Where an accepted submission lives in the leaderboard repo."""
+def submission_path(config: str, split: str, name: str, suffix: str, target: str = "test_accuracy") -> str:
+    """Where an accepted submission lives in the leaderboard repo (under its target's folder, except for the
+    default target, test accuracy)."""
     if not NAME.fullmatch(name):
         raise SubmissionError(f"name {name!r}: 1-64 letters, digits, spaces, '.', '_' or '-', starting with a "
                               f"letter or digit")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
-    return f"{SUBMISSIONS}/{config}/{split}/{slug}{suffix}"
+    folder = f"{SUBMISSIONS}/{config}/{split}" + ("" if target == "test_accuracy" else f"/{get_target(target).name}")
+    return f"{folder}/{slug}{suffix}"
 
 
 def submit(path: str | os.PathLike[str], repo_id: str, zoo: Zoo | str | os.PathLike[str], config: str | None,
            split: str, name: str, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
-           token: Any = None) -> Submitted:
+           token: Any = None, target: str = "test_accuracy") -> Submitted:
     """Check a submission against the (public) zoo, then open a pull request adding it and its claim."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
@@ -78,19 +81,32 @@ def submit(path: str | os.PathLike[str], repo_id: str, zoo: Zoo | str | os.PathL
     zoo = as_zoo(zoo, config)
     config = zoo.config
     suffix = ".parquet" if path.suffix.lower() == ".parquet" else ".csv"
-    target = submission_path(config, split, name, suffix)
-    _, predicted, true = check_submission(path, zoo, split)
-    metrics = None if true is None else defined(scores(predicted, true, thresholds))
+    destination = submission_path(config, split, name, suffix, target)
+    _, predicted, truth = check_submission(path, zoo, split, target)
+    metrics = None if truth is None else defined(score_values(predicted, truth, target, thresholds))
     raw = path.read_bytes()
     claim = {"format": "stz-submission", "version": 1, "name": name, "config": config, "split": split,
-             "file": target, "sha256": hashlib.sha256(raw).hexdigest(), "metrics": metrics,
+             "target": target, "file": destination, "sha256": hashlib.sha256(raw).hexdigest(), "metrics": metrics,
              "submitted_with": f"small-transformer-zoo {package_version()}"}
-    operations = [CommitOperationAdd(target, raw),
-                  CommitOperationAdd(target.rsplit(".", 1)[0] + ".json", json.dumps(claim, indent=2).encode())]
+    operations = [CommitOperationAdd(destination, raw),
+                  CommitOperationAdd(destination.rsplit(".", 1)[0] + ".json", json.dumps(claim, indent=2).encode())]
     info = _hub_call(f"opening a pull request on dataset {repo_id}", HfApi(token=token).create_commit,
                      repo_id, operations, repo_type="dataset", create_pr=True,
                      commit_message=f"Submission {name} for {config}/{split}")
     return Submitted(info.pr_num, info.pr_url, metrics)
+
+
+def create_leaderboard(repo_id: str, private: bool = False, token: Any = None) -> str:
+    """Create a leaderboard's Hub dataset repo with an empty results file (an existing repo is refused: its results
+    are never overwritten); returns its address."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    api = HfApi(token=token)
+    url = _hub_call(f"creating dataset {repo_id}", api.create_repo, repo_id, repo_type="dataset", private=private)
+    _hub_call(f"writing {RESULTS} to dataset {repo_id}", api.create_commit, repo_id,
+              [CommitOperationAdd(RESULTS, results_bytes([]))], repo_type="dataset",
+              commit_message="An empty leaderboard")
+    return str(url)
 
 
 def hub_results(repo_id: str, revision: str | None = None, token: Any = None) -> list[dict[str, Any]]:
@@ -144,7 +160,7 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
     if digest != claim["sha256"]:
         raise SubmissionError(f"{where}: {claim['file']} has sha256 {digest}, its claim says {claim['sha256']}")
-    metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds))
+    metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds, claim_target(claim)))
     if merge:
         entries = with_result(hub_results(repo_id, "main", token), claim["name"], claim["config"], claim["split"],
                               metrics, f"pull request #{pr_num}: {claim['file']}")
@@ -152,7 +168,7 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
                   [CommitOperationAdd(RESULTS, results_bytes(entries))], repo_type="dataset", revision=revision,
                   commit_message=f"Score {claim['name']} against the held-out labels")
         _hub_call(f"merging {where}", api.merge_pull_request, repo_id, pr_num, repo_type="dataset",
-                  comment=f"Scored against the held-out labels: tau {metrics['tau']:.4f}")
+                  comment=f"Scored against the held-out labels: {main_metric_text(metrics)}")
     return Review(pr_num, claim, metrics, merge)
 
 
@@ -165,6 +181,18 @@ def _changed_files(diff: str | None, where: str) -> list[str]:
     return sorted(paths)
 
 
+def claim_target(claim: dict[str, Any]) -> str:
+    """A claim's target (claims made before there were other targets are for test accuracy)."""
+    return str(claim.get("target") or "test_accuracy")
+
+
+def main_metric_text(metrics: dict[str, Any]) -> str:
+    """The main metric of scores as text ("undefined" where it is null, as for constant predictions)."""
+    name = "accuracy" if "accuracy" in metrics else "tau"
+    value = metrics.get(name)
+    return f"{name} {value:.4f}" if isinstance(value, (int, float)) else f"{name} undefined"
+
+
 def _check_claim(raw: bytes, changed: list[str], where: str) -> dict[str, Any]:
     try:
         claim = json.loads(raw)
@@ -173,7 +201,7 @@ def _check_claim(raw: bytes, changed: list[str], where: str) -> dict[str, Any]:
     if not isinstance(claim, dict) or any(k not in claim for k in CLAIM_KEYS) or claim["format"] != "stz-submission":
         raise SubmissionError(f"{where}: not a submission claim (needs {list(CLAIM_KEYS)})")
     expected = submission_path(str(claim["config"]), str(claim["split"]), str(claim["name"]),
-                               Path(str(claim["file"])).suffix)
+                               Path(str(claim["file"])).suffix, claim_target(claim))
     if claim["file"] != expected or expected not in changed:
         raise SubmissionError(f"{where}: names file {claim['file']!r}, expected {expected!r} in the pull request")
     return claim

@@ -128,30 +128,54 @@ class EquivariantLayer(nn.Module):
         self.qkv.normal_(0.0, 1.0 / math.sqrt(c * d))
         self.o_mix.normal_(0.0, 1.0 / math.sqrt(2 * c))
 
-    def forward(self, x: BlockStack) -> BlockStack:
+    def _mlp_outputs(self, x: BlockStack, qk: torch.Tensor, vo: torch.Tensor) -> dict[str, torch.Tensor]:
+        """W_A', b_A', W_B', b_B': every term that reads the invariant, output-index and hidden-index features."""
         d = self.spec.d_model
-        qk, vo = head_sums(x)
         s = invariant_features(x, qk, vo)                       # [B, n, c*f]
         o_feats = output_index_features(x, vo)                  # [B, n, D, c*(D+1)]
         a_feats = hidden_index_features(x)                      # [B, n, DA, c*(D+2)]
 
         s_out = torch.einsum("bnf,nfeo->bneo", s, self.s_weight)          # [B, n, e, 2+2D]
-        a_out = torch.einsum("bnaf,nfeo->bneao", a_feats, self.a_weight)  # [B, n, e, DA, 2+D]
+        # The hidden-index terms of each output as its own contraction (slicing one big output would cost a
+        # zero-filled gradient of its whole size per slice in the backward pass).
+        a_wa = torch.einsum("bnaf,nfe->bnea", a_feats, self.a_weight[..., 0])     # [B, n, e, DA]
+        a_ba = torch.einsum("bnaf,nfe->bnea", a_feats, self.a_weight[..., 1])     # [B, n, e, DA]
+        a_wb = torch.einsum("bnaf,nfeo->bneao", a_feats, self.a_weight[..., 2:])  # [B, n, e, DA, D]
         o_out = torch.einsum("bnjf,nfe->bnej", o_feats, self.o_weight)    # [B, n, e, D]
 
-        w_a = (s_out[..., 0, None, None] + o_out[..., :, None] + a_out[..., None, :, 0]
-               + torch.einsum("nec,bncjk->bnejk", self.wa_identity, x["W_A"]) + self.wa_bias[..., None, None])
-        b_a = s_out[..., 1, None] + a_out[..., 1] + self.ba_bias[..., None]
-        w_b = s_out[..., None, 2 : 2 + d] + a_out[..., 2:] + self.wb_bias[:, :, None, :]
+        # W_A' = (invariant + bias + row term)[j] + column term[k] + identity: one broadcast sum, then the identity
+        # term added in place.
+        rows = o_out + (s_out[..., 0] + self.wa_bias)[..., None]
+        w_a = (rows[..., :, None] + a_wa[..., None, :]).add_(torch.einsum("nec,bncjk->bnejk", self.wa_identity,
+                                                                           x["W_A"]))
+        b_a = s_out[..., 1, None] + a_ba + self.ba_bias[..., None]
+        w_b = a_wb + (s_out[..., 2 : 2 + d] + self.wb_bias)[..., None, :]
         b_b = s_out[..., 2 + d :] + self.bb_bias
+        return {"W_A": w_a, "b_A": b_a, "W_B": w_b, "b_B": b_b}
 
+    def forward(self, x: BlockStack) -> BlockStack:
+        qk, vo = head_sums(x)
         qkv = [torch.einsum("necjp,bnchpk->bnehjk", self.qkv[:, t], x[name])
                for t, name in enumerate(("W_q", "W_k", "W_v"))]
         wo = x["W_o"]
         w_o = (torch.einsum("nec,bnchvq->bnehvq", self.o_mix[:, 1], wo)
                + torch.einsum("nec,bnchv->bnehv", self.o_mix[:, 0], _norm_sum(wo, (-1,)))[..., None])
-        return BlockStack({"W_q": qkv[0], "W_k": qkv[1], "W_v": qkv[2], "W_o": w_o,
-                           "W_A": w_a, "b_A": b_a, "W_B": w_b, "b_B": b_b})
+        return BlockStack({"W_q": qkv[0], "W_k": qkv[1], "W_v": qkv[2], "W_o": w_o, **self._mlp_outputs(x, qk, vo)})
+
+    def forward_head_sums(self, x: BlockStack) -> tuple[BlockStack, torch.Tensor, torch.Tensor]:
+        """The output's MLP tensors and its head sums QK' and VO' (as `head_sums` of the full output gives them),
+        without forming W_q', W_k', W_v', W_o': all an invariant layer reads of them, for one input channel.
+
+        With one input channel, W_q'^i = Phi_q W_q^i and W_k'^i = Phi_k W_k^i, so QK' = Phi_q QK Phi_k^T; and
+        W_o'^i = m1 W_o^i + m0 mean_q(W_o^i) 1^T, so VO' = Phi_v (m1 VO + m0 mean_q(VO) 1^T)."""
+        if self.in_channels != 1:
+            raise ValueError("forward_head_sums takes one input channel; use forward")
+        qk, vo = head_sums(x)                                    # [B, n, 1, D, D]
+        phi_q, phi_k, phi_v = self.qkv[:, 0, :, 0], self.qkv[:, 1, :, 0], self.qkv[:, 2, :, 0]   # [n, e, D, D]
+        qk_out = phi_q @ qk @ phi_k.transpose(-1, -2)           # [B, n, e, D, D]
+        m0, m1 = self.o_mix[:, 0, :, 0, None, None], self.o_mix[:, 1, :, 0, None, None]        # [n, e, 1, 1]
+        vo_out = phi_v @ (m1 * vo + m0 * vo.mean(-1, keepdim=True))
+        return BlockStack(self._mlp_outputs(x, qk, vo)), qk_out, vo_out
 
 
 class InvariantLayer(nn.Module):
@@ -170,8 +194,9 @@ class InvariantLayer(nn.Module):
                 view[:, :, start : start + size].normal_(0.0, math.sqrt(2.0 / (in_channels * size * 6)))
                 start += size
 
-    def forward(self, x: BlockStack) -> torch.Tensor:
-        qk, vo = head_sums(x)
+    def forward(self, x: BlockStack, heads: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """`heads`: the head sums (QK, VO) of `x` where they are known already (`forward_head_sums`)."""
+        qk, vo = heads if heads is not None else head_sums(x)
         s = invariant_features(x, qk, vo)
         out = torch.einsum("bnf,nfe->bne", s, self.weight) + self.bias
         return out.flatten(1)

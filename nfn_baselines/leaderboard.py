@@ -17,20 +17,24 @@ import re
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.store.files import atomic_write_bytes
 
-from .metrics import DEFAULT_THRESHOLDS, defined, scores
+from .metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, RunResamples, defined,
+                      paired_difference, percentile_interval, scores)
+from .targets import TARGETS, Target, get_target
 from .parquet_child import read_columns
 
-COLUMNS = ("checkpoint_id", "predicted_accuracy")
+ID_COLUMN = "checkpoint_id"
 SHOW = 5
 MAX_BYTES = 256 << 20     # a submission for 125,000 checkpoints is a few MB
 MAX_ROWS = 5_000_000
@@ -64,28 +68,28 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
-def _read_parquet(path: Path, raw: bytes) -> tuple[list[Any], list[Any]]:
+def _read_parquet(path: Path, raw: bytes, columns: tuple[str, str]) -> tuple[list[Any], list[Any]]:
     """The two columns of a Parquet submission, parsed in a child process (see `parquet_child`)."""
     context = multiprocessing.get_context("spawn")
     try:
         with ProcessPoolExecutor(1, mp_context=context) as pool:
-            status, found = pool.submit(read_columns, raw, COLUMNS, MAX_ROWS, MAX_BYTES).result()
+            status, found = pool.submit(read_columns, raw, columns, MAX_ROWS, MAX_BYTES).result()
     except BrokenProcessPool:
         raise SubmissionError(f"{path}: not a readable Parquet file (the Parquet reader crashed on it)") from None
     if status == "error":
         raise SubmissionError(f"{path}: {found}")
     if status == "columns":
-        _check_columns(path, found)
-    return [None if v is None else str(v) for v in found["checkpoint_id"]], found["predicted_accuracy"]
+        _check_columns(path, found, columns)
+    return [None if v is None else str(v) for v in found[ID_COLUMN]], found[columns[1]]
 
 
-def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
+def _read_table(path: Path, columns: tuple[str, str]) -> tuple[list[str], list[Any], str]:
     """Raw ids and prediction cells, with a description of where row numbers start."""
     raw = _read_bytes(path)
     if not raw.strip():
         raise SubmissionError(f"{path}: the file is empty")
     if raw[:4] == b"PAR1" or path.suffix.lower() == ".parquet":
-        ids, values = _read_parquet(path, raw)
+        ids, values = _read_parquet(path, raw, columns)
         return ids, values, "Parquet row"
     try:
         text = raw.decode("utf-8-sig")
@@ -101,8 +105,8 @@ def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
     if len(rows) - 1 > MAX_ROWS:
         raise SubmissionError(f"{path}: {len(rows) - 1:,} rows, more than the {MAX_ROWS:,} a submission may have")
     header = [h.strip() for h in rows[0]]
-    _check_columns(path, header)
-    id_col, value_col = header.index("checkpoint_id"), header.index("predicted_accuracy")
+    _check_columns(path, header, columns)
+    id_col, value_col = header.index(ID_COLUMN), header.index(columns[1])
     short = [i for i, r in enumerate(rows[1:], start=2) if len(r) != len(header)]
     if short:
         raise SubmissionError(f"{path}: lines whose number of cells differs from the header's {len(header)}: "
@@ -110,39 +114,29 @@ def _read_table(path: Path) -> tuple[list[str], list[Any], str]:
     return [r[id_col].strip() for r in rows[1:]], [r[value_col].strip() for r in rows[1:]], "CSV line"
 
 
-def _check_columns(path: Path, columns: list[str]) -> None:
-    missing = [c for c in COLUMNS if c not in columns]
-    extra = [c for c in columns if c not in COLUMNS]
-    if missing or extra or len(columns) != len(set(columns)):
-        raise SubmissionError(f"{path}: columns must be exactly {list(COLUMNS)}; found {columns}"
+def _check_columns(path: Path, found: list[str], columns: tuple[str, str]) -> None:
+    missing = [c for c in columns if c not in found]
+    extra = [c for c in found if c not in columns]
+    if missing or extra or len(found) != len(set(found)):
+        raise SubmissionError(f"{path}: columns must be exactly {list(columns)}; found {found}"
                               f"{f', missing {missing}' if missing else ''}{f', unexpected {extra}' if extra else ''}")
 
 
-def read_submission(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
-    """Checked ids and finite float predictions of a CSV or Parquet submission."""
+def read_submission(path: str | os.PathLike[str], target: str = "test_accuracy") -> tuple[list[str], np.ndarray]:
+    """Checked ids and predictions of a CSV or Parquet submission for `target` (column `predicted_<target>`):
+    finite numbers within the target's range, or one of a class target's class names."""
     path = Path(path)
-    ids, cells, unit = _read_table(path)
+    chosen = get_target(target)
+    column = chosen.submission_column
+    ids, cells, unit = _read_table(path, (ID_COLUMN, column))
     offset = 2 if unit == "CSV line" else 0
     if not ids:
         raise SubmissionError(f"{path}: no rows after the header")
     blank = [i + offset for i, v in enumerate(ids) if not v]
     if blank:
         raise SubmissionError(f"{path}: empty checkpoint_id at {unit}s {_few(blank)}")
-    values, bad = np.empty(len(cells)), []
-    for i, cell in enumerate(cells):
-        number = _number(cell)
-        if number is None:
-            bad.append(i + offset)
-            continue
-        values[i] = number
-    if bad:
-        raise SubmissionError(f"{path}: predicted_accuracy is not a number at {unit}s {_few(bad)}")
-    not_finite = [i + offset for i in np.nonzero(~np.isfinite(values))[0].tolist()]
-    if not_finite:
-        raise SubmissionError(f"{path}: predicted_accuracy is NaN or infinite at {unit}s {_few(not_finite)}")
-    outside = [i + offset for i in np.nonzero((values < 0.0) | (values > 1.0))[0].tolist()]
-    if outside:
-        raise SubmissionError(f"{path}: predicted_accuracy is outside [0, 1] at {unit}s {_few(outside)}")
+    values = _class_values(path, cells, unit, offset, chosen) if chosen.kind == "classification" else \
+        _number_values(path, cells, unit, offset, chosen)
     seen: dict[str, int] = {}
     duplicates = []
     for cid in ids:
@@ -152,6 +146,35 @@ def read_submission(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray
     if duplicates:
         raise SubmissionError(f"{path}: checkpoint ids given more than once: {_few(duplicates)}")
     return ids, values
+
+
+def _number_values(path: Path, cells: list[Any], unit: str, offset: int, target: Target) -> np.ndarray:
+    column = target.submission_column
+    values, bad = np.empty(len(cells)), []
+    for i, cell in enumerate(cells):
+        number = _number(cell)
+        if number is None:
+            bad.append(i + offset)
+            continue
+        values[i] = number
+    if bad:
+        raise SubmissionError(f"{path}: {column} is not a number at {unit}s {_few(bad)}")
+    not_finite = [i + offset for i in np.nonzero(~np.isfinite(values))[0].tolist()]
+    if not_finite:
+        raise SubmissionError(f"{path}: {column} is NaN or infinite at {unit}s {_few(not_finite)}")
+    low, high = target.bounds
+    outside = [i + offset for i in np.nonzero((values < low) | (values > high))[0].tolist()]
+    if outside:
+        raise SubmissionError(f"{path}: {column} is outside [{low:g}, {high:g}] at {unit}s {_few(outside)}")
+    return values
+
+
+def _class_values(path: Path, cells: list[Any], unit: str, offset: int, target: Target) -> np.ndarray:
+    bad = [i + offset for i, cell in enumerate(cells) if not (isinstance(cell, str) and cell in target.classes)]
+    if bad:
+        raise SubmissionError(f"{path}: {target.submission_column} is not one of {list(target.classes)} at {unit}s "
+                              f"{_few(bad)}")
+    return np.asarray([target.classes.index(cell) for cell in cells], dtype=np.int64)
 
 
 def _number(cell: Any) -> float | None:
@@ -165,64 +188,125 @@ def _number(cell: Any) -> float | None:
     return None
 
 
-def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str) -> tuple[list[str], np.ndarray,
-                                                                                np.ndarray | None]:
-    """A submission's ids and predictions, checked against a zoo split (every id once, no unknown id), with the
-    true accuracies in the same order, or None where this copy of the zoo withholds them."""
-    ids, predicted = read_submission(path)
+@dataclass
+class Truth:
+    """What a submission is scored against: per checkpoint, in the submission's order, the target, the test
+    accuracy (for thresholds) and the run (the unit of the bootstrap)."""
+
+    target: np.ndarray
+    accuracy: np.ndarray
+    runs: list[str]
+
+
+def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str,
+                     target: str = "test_accuracy") -> tuple[list[str], np.ndarray, Truth | None]:
+    """A submission's ids and predictions, checked against a zoo split (every distinct checkpoint of the split,
+    as `Zoo.select` counts them, once; no other id), with the truth in the same order, or None where this copy of
+    the zoo withholds the target."""
+    chosen = get_target(target)
+    ids, predicted = read_submission(path, target)
     meta = zoo.metadata(split).take(zoo.select(split))
-    known = set(meta.column("checkpoint_id").to_pylist())
+    order = meta.column("checkpoint_id").to_pylist()
+    known = set(order)
     given = set(ids)
     unknown = [cid for cid in ids if cid not in known]
-    missing = [cid for cid in meta.column("checkpoint_id").to_pylist() if cid not in given]
+    missing = [cid for cid in order if cid not in given]
     if unknown:
-        raise SubmissionError(f"{path}: ids that are not checkpoints of {zoo.config}/{split}: {_few(unknown)}")
+        repeated = set(zoo.metadata(split).column("checkpoint_id").to_pylist()) & set(unknown)
+        note = (f" ({len(repeated)} of them repeat another checkpoint's weights or are diverged, and are scored "
+                f"once, under the first id)" if repeated else "")
+        raise SubmissionError(f"{path}: ids that are not checkpoints of {zoo.config}/{split}{note}: {_few(unknown)}")
     if missing:
         raise SubmissionError(f"{path}: {zoo.config}/{split} checkpoints with no prediction: {_few(missing)}")
-    if "test_accuracy" in zoo.withheld(split):
+    if set(chosen.columns) & set(zoo.withheld(split)):
         return ids, predicted, None
-    truth = dict(zip(meta.column("checkpoint_id").to_pylist(), meta.column("test_accuracy").to_pylist()))
-    return ids, predicted, np.asarray([truth[cid] for cid in ids], dtype=float)
+    position = {cid: i for i, cid in enumerate(order)}
+    take = pa.array([position[cid] for cid in ids])
+    rows = meta.take(take)
+    return ids, predicted, Truth(chosen.values(rows, f"{zoo.dir}/{split}"),
+                                 rows.column("test_accuracy").to_numpy(zero_copy_only=False).astype(float),
+                                 rows.column("run_id").to_pylist())
+
+
+def score_values(predicted: np.ndarray, truth: Truth, target: str = "test_accuracy",
+                 thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, resamples: int = BOOTSTRAP_RESAMPLES,
+                 bootstrap_seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """The benchmark's metrics of one set of predictions, each with its 95% interval from a bootstrap over the
+    split's runs, the runs it rests on, and the main metric's value on every resample (so that entries scored on
+    the same split compare, paired)."""
+    from .report import metric_value
+
+    chosen = get_target(target)
+    classes = len(chosen.classes)
+    if chosen.kind == "classification":
+        columns = ["accuracy", "macro_f1"]
+        probabilities = np.eye(classes)[predicted]
+        out: dict[str, Any] = {"n": len(predicted)}
+    else:
+        columns = ["tau"] + [f"tau@{t:g}" for t in thresholds] + ["r2", "l1"]
+        probabilities = predicted
+        out = scores(predicted, truth.target, thresholds, truth.accuracy)
+    draws = RunResamples.of(truth.runs, resamples, bootstrap_seed)
+    everything = np.arange(len(predicted))
+    intervals, main_values = {}, None
+    for column in columns:
+        value = lambda index: metric_value(column, probabilities, truth.target, truth.accuracy, index, classes)  # noqa: E731
+        out[column] = value(everything)
+        values = draws.values(value)
+        intervals[column] = list(percentile_interval(values))
+        main_values = values if main_values is None else main_values
+    out.update(target=target, intervals=intervals, runs=draws.runs,
+               bootstrap={"resamples": resamples, "seed": bootstrap_seed, "unit": "test run"},
+               main_resamples=[round(float(v), 6) if np.isfinite(v) else None for v in main_values])
+    return out
 
 
 def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[str], config: str | None = None,
-                     split: str = "test", thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> dict[str, Any]:
-    """Validate a submission against a zoo split and score it; the zoo (a Zoo, or a local or Hub root) must hold
-    the split's labels."""
+                     split: str = "test", thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
+                     target: str = "test_accuracy") -> dict[str, Any]:
+    """Validate a submission against a zoo split and score it with its intervals (`score_values`); the zoo (a Zoo,
+    or a local or Hub root) must hold the split's labels."""
     zoo = as_zoo(zoo, config)
     config = zoo.config
-    _, predicted, true = check_submission(path, zoo, split)
-    if true is None:
+    _, predicted, truth = check_submission(path, zoo, split, target)
+    if truth is None:
         raise SubmissionError(f"{zoo.dir}: the labels of {config}/{split} are withheld in this copy of the zoo; "
                               f"the leaderboard's maintainers score it against their full copy")
-    return scores(predicted, true, thresholds)
+    return score_values(predicted, truth, target, thresholds)
 
 
-def write_submission(path: str | os.PathLike[str], ids: list[str], predicted: np.ndarray) -> Path:
-    """A submission CSV, as our own models hand theirs to the scorer."""
+def write_submission(path: str | os.PathLike[str], ids: list[str], predicted: np.ndarray,
+                     column: str = "predicted_accuracy") -> Path:
+    """A submission CSV, as our own models hand theirs to the scorer (numbers, or class names)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        writer.writerows(zip(ids, (f"{v:.8g}" for v in predicted)))
+        writer.writerow(("checkpoint_id", column))
+        writer.writerows(zip(ids, (v if isinstance(v, str) else f"{v:.8g}" for v in predicted)))
     return path
 
 
 def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, split: str,
                metrics: dict[str, Any], source: str) -> None:
-    """Append (or replace, by name, config and split) one entry of the results file."""
+    """Append (or replace, by name, config, split and target) one entry of the results file."""
     path = Path(leaderboard)
     atomic_write_bytes(path, results_bytes(with_result(load_leaderboard(path), name, config, split, metrics,
                                                        source)))
 
 
+def entry_target(entry: dict[str, Any]) -> str:
+    """An entry's target (entries scored before there were other targets are for test accuracy)."""
+    return str(entry["metrics"].get("target") or "test_accuracy")
+
+
 def with_result(entries: list[dict[str, Any]], name: str, config: str, split: str, metrics: dict[str, Any],
                 source: str) -> list[dict[str, Any]]:
-    """The entries with one added, replacing any of the same name, config and split."""
-    kept = [e for e in entries if (e["name"], e["config"], e["split"]) != (name, config, split)]
-    return kept + [{"name": name, "config": config, "split": split, "metrics": defined(metrics), "source": source,
-                    "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}]
+    """The entries with one added, replacing any of the same name, config, split and target."""
+    key = (name, config, split, metrics.get("target") or "test_accuracy")
+    kept = [e for e in entries if (e["name"], e["config"], e["split"], entry_target(e)) != key]
+    return kept + [{"name": name, "config": config, "split": split, "target": key[3], "metrics": defined(metrics),
+                    "source": source, "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}]
 
 
 def results_bytes(entries: list[dict[str, Any]]) -> bytes:
@@ -251,20 +335,54 @@ def parse_leaderboard(raw: bytes, where: str) -> list[dict[str, Any]]:
     return entries
 
 
+def _cell(metrics: dict[str, Any], column: str) -> str:
+    value = metrics.get(column)
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    low, high = (metrics.get("intervals") or {}).get(column, (None, None))
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+    return f"{value:.3f}"
+
+
+def _tied_with(best: dict[str, Any], other: dict[str, Any], column: str) -> bool | None:
+    """Whether the paired interval of best - other holds 0 (None: the entries cannot be compared, scored on other
+    resamples or before resamples were kept)."""
+    a, b = best.get("main_resamples"), other.get("main_resamples")
+    if not a or not b or len(a) != len(b) or best.get("bootstrap") != other.get("bootstrap") \
+            or best.get("runs") != other.get("runs"):
+        return None
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    if not pairs:
+        return None
+    return paired_difference(np.asarray([x for x, _ in pairs]), np.asarray([y for _, y in pairs]),
+                             float(best[column]), float(other[column]))["tied"]
+
+
 def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> str:
-    """Ranked Markdown tables, one per zoo config and split, best Kendall's tau first; "-" where a metric is not
-    defined (null: fewer than two checkpoints above a threshold)."""
+    """Ranked Markdown tables, one per zoo config, split and target, best first. Each cell shows its 95% interval
+    over test runs; entries whose paired interval of the difference with the best holds 0 share its rank ("1=").
+    "-" where a metric is not defined (null: fewer than two checkpoints above a threshold)."""
     out = []
-    for key in sorted({(e["config"], e["split"]) for e in entries}):
-        rows = sorted((e for e in entries if (e["config"], e["split"]) == key), key=lambda e: -_finite(e["metrics"]["tau"]))
-        header = ["rank", "name", "tau"] + [f"tau >= {t:g}" for t in thresholds] + ["R^2", "L1"]
-        out += [f"### {markdown_text(str(key[0]))} / {markdown_text(str(key[1]))}", "",
+    for key in sorted({(e["config"], e["split"], entry_target(e)) for e in entries}):
+        target = get_target(key[2]) if key[2] in TARGETS else None
+        classify = target is not None and target.kind == "classification"
+        main = "accuracy" if classify else "tau"
+        columns = ["accuracy", "macro_f1"] if classify else ["tau"] + [f"tau@{t:g}" for t in thresholds] + ["r2", "l1"]
+        rows = sorted((e for e in entries if (e["config"], e["split"], entry_target(e)) == key),
+                      key=lambda e: -_finite(e["metrics"].get(main)))
+        header = ["rank", "name"] + [c.replace("@", " >= ") for c in columns] + ["runs"]
+        out += [f"### {markdown_text(str(key[0]))} / {markdown_text(str(key[1]))} / {markdown_text(key[2])}", "",
+                "Each cell: the score [95% interval from a bootstrap over the split's runs]; `1=`: tied with the "
+                "best (the paired interval of the difference holds 0).", "",
                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for rank, e in enumerate(rows, start=1):
             m = e["metrics"]
-            cells = [m["tau"]] + [m.get(f"tau@{t:g}") for t in thresholds] + [m["r2"], m["l1"]]
-            out.append(f"| {rank} | {markdown_text(str(e['name']))} | "
-                       + " | ".join("-" if not math.isfinite(_finite(c)) else f"{c:.3f}" for c in cells) + " |")
+            shown = str(rank)
+            if rank > 1 and _tied_with(rows[0]["metrics"], m, main):
+                shown = "1="
+            out.append(f"| {shown} | {markdown_text(str(e['name']))} | "
+                       + " | ".join(_cell(m, c) for c in columns) + f" | {m.get('runs', '-')} |")
         out.append("")
     return "\n".join(out)
 

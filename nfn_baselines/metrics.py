@@ -1,9 +1,11 @@
 """The benchmark's metrics (docs/design.md section 10): Kendall's tau on the whole test split and above accuracy thresholds,
-R^2 and L1."""
+R^2 and L1, and their uncertainty: 95% intervals from a bootstrap over test runs, and paired differences."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,13 +27,16 @@ def r_squared(predicted: np.ndarray, true: np.ndarray) -> float:
     return float("nan") if total == 0 else 1.0 - float(np.sum((true - predicted) ** 2)) / total
 
 
-def scores(predicted: np.ndarray, true: np.ndarray, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> dict:
-    """tau on all checkpoints and on those with true accuracy >= each threshold, plus R^2 and L1 (all)."""
+def scores(predicted: np.ndarray, true: np.ndarray, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
+           accuracy: np.ndarray | None = None) -> dict:
+    """tau on all checkpoints and on those whose test accuracy (`accuracy`, default: `true`, the accuracy target)
+    is >= each threshold, plus R^2 and L1 (all)."""
     predicted, true = np.asarray(predicted, dtype=float), np.asarray(true, dtype=float)
+    accuracy = true if accuracy is None else np.asarray(accuracy, dtype=float)
     out = {"tau": kendall_tau(predicted, true), "r2": r_squared(predicted, true),
            "l1": float(np.mean(np.abs(predicted - true))) if len(true) else float("nan"), "n": int(len(true))}
     for threshold in thresholds:
-        keep = true >= threshold
+        keep = accuracy >= threshold
         out[f"tau@{threshold:g}"] = kendall_tau(predicted[keep], true[keep])
         out[f"n@{threshold:g}"] = int(keep.sum())
     return out
@@ -47,3 +52,84 @@ def defined(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [defined(v) for v in value]
     return value
+
+
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RunResamples:
+    """Bootstrap resamples of a test split by run: each resample draws as many runs as the split holds, with
+    replacement, and takes every checkpoint of each drawn run (a run's checkpoints are one unit: they are not
+    independent). `indices[r]` are the checkpoint positions of resample r; the draws depend only on the runs and
+    `seed`, so every model scored on the same split is scored on the same resamples (paired comparisons)."""
+
+    runs: int
+    checkpoints: int
+    indices: tuple[np.ndarray, ...]
+    seed: int
+
+    @classmethod
+    def of(cls, run_ids: Sequence[str], resamples: int = BOOTSTRAP_RESAMPLES,
+           seed: int = BOOTSTRAP_SEED) -> "RunResamples":
+        labels, inverse = np.unique(np.asarray(run_ids, dtype=object), return_inverse=True)
+        members = [np.nonzero(inverse == k)[0] for k in range(len(labels))]
+        rng = np.random.default_rng(seed)
+        draws = rng.integers(0, len(labels), size=(resamples, len(labels))) if len(labels) else \
+            np.zeros((resamples, 0), dtype=np.int64)
+        indices = tuple(np.concatenate([members[k] for k in row]) if len(row) else np.zeros(0, dtype=np.int64)
+                        for row in draws)
+        return cls(len(labels), len(run_ids), indices, seed)
+
+    @property
+    def resamples(self) -> int:
+        return len(self.indices)
+
+    def values(self, metric: Callable[[np.ndarray], float]) -> np.ndarray:
+        """`metric(indices)` on every resample (NaN where it is not defined there)."""
+        return np.asarray([metric(index) for index in self.indices], dtype=float)
+
+
+def tau_above(predicted: np.ndarray, true: np.ndarray, threshold: float | None = None
+              ) -> Callable[[np.ndarray], float]:
+    """Kendall's tau of the checkpoints `index` picks, those with true accuracy >= `threshold` among them."""
+    def metric(index: np.ndarray) -> float:
+        if threshold is not None:
+            index = index[true[index] >= threshold]
+        return kendall_tau(predicted[index], true[index])
+    return metric
+
+
+def percentile_interval(values: np.ndarray) -> tuple[float, float]:
+    """The central `CONFIDENCE` interval of bootstrap values; NaN when over 5% of the resamples leave the metric
+    undefined (too few checkpoints above a threshold), since the interval would then describe other splits."""
+    finite = values[np.isfinite(values)]
+    if not finite.size or finite.size < 0.95 * values.size:
+        return float("nan"), float("nan")
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_tau(predicted: np.ndarray, true: np.ndarray, run_ids: Sequence[str], threshold: float | None = None,
+                  resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict[str, float]:
+    """Kendall's tau on the split (above `threshold`) with its 95% interval from a bootstrap over runs, and how many
+    runs and checkpoints it rests on."""
+    predicted, true = np.asarray(predicted, dtype=float), np.asarray(true, dtype=float)
+    draws = RunResamples.of(run_ids, resamples, seed)
+    metric = tau_above(predicted, true, threshold)
+    low, high = percentile_interval(draws.values(metric))
+    kept = np.ones(len(true), dtype=bool) if threshold is None else true >= threshold
+    return {"estimate": metric(np.arange(len(true))), "low": low, "high": high,
+            "runs": len(set(np.asarray(run_ids, dtype=object)[kept])), "checkpoints": int(kept.sum())}
+
+
+def paired_difference(values_a: np.ndarray, values_b: np.ndarray, estimate_a: float,
+                      estimate_b: float) -> dict[str, Any]:
+    """The difference a - b of one metric of two models scored on the same resamples, with its 95% interval;
+    `tied` when the interval holds 0 (or is undefined)."""
+    low, high = percentile_interval(np.asarray(values_a) - np.asarray(values_b))
+    return {"estimate": estimate_a - estimate_b, "low": low, "high": high,
+            "tied": not (low > 0 or high < 0)}

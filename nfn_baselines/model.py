@@ -2,7 +2,12 @@
 
 encoder: E (1 -> c) [-> ReLU -> E (c -> c)]* -> ReLU -> I (c -> c) -> LayerNorm -> MLP
 classifier / embedding: MLP over the flattened weights of that component
-head: concatenated branch outputs -> Linear -> sigmoid
+statistics (the hybrid, `statistics=True`): LayerNorm -> MLP over the invariant statistics (`invariant_stats`)
+head: concatenated branch outputs -> Dropout -> Linear -> sigmoid (or the target's outputs)
+
+Every model of the benchmark reads its input in two steps: `prepare` turns packed weights into the tensors its
+learned part consumes, once per split where nothing learned comes before (the statistics), and
+`forward_prepared` maps those to outputs, so the trainer computes fixed features once and can batch models.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from torch import nn
 from small_transformer_zoo.format.architecture import COMPONENTS, ArchitectureSpec
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
+from .invariant_stats import feature_count, invariant_statistics
 from .layers import EquivariantLayer, InvariantLayer
 from .weight_stack import BlockStack, check_stack
 
@@ -52,26 +58,36 @@ class TransformerNFNEncoder(nn.Module):
         return stack
 
     def forward(self, stack: BlockStack) -> torch.Tensor:
-        return self.invariant(self.equivariant(stack))
+        *hidden, last = self.layers
+        for layer in hidden:
+            stack = layer(stack).map_mlp(torch.relu)
+        if last.in_channels != 1:
+            return self.invariant(last(stack).map_mlp(torch.relu))
+        # One input channel (the paper's single layer): the invariant layer reads only the head sums of the
+        # attention tensors, which the last layer gives without forming them (`forward_head_sums`).
+        mlp_tensors, qk, vo = last.forward_head_sums(stack)
+        return self.invariant(mlp_tensors.map_mlp(torch.relu), (qk, vo))
 
 
 class TransformerNFN(nn.Module):
-    """Predicts a checkpoint's accuracy (a probability) from its weights.
+    """Predicts a checkpoint's accuracy (a probability) from its weights, or `outputs` values of another target.
 
     `components` chooses what the model sees (any of encoder, embedding, classifier); the paper's setting is
-    channels = hidden = 10 with one equivariant layer.
+    channels = hidden = 10 with one equivariant layer. `statistics=True` adds a branch over the invariant
+    statistics (the hybrid); `head_dropout` drops branch outputs before the head.
     """
 
     def __init__(self, spec: ArchitectureSpec, channels: int = 10, hidden: int = 10, num_layers: int = 1,
-                 components: Sequence[str] = COMPONENTS) -> None:
+                 components: Sequence[str] = COMPONENTS, outputs: int = 1, head_dropout: float = 0.0,
+                 statistics: bool = False) -> None:
         super().__init__()
         unknown = sorted(set(components) - set(COMPONENTS))
         if unknown or not components:
             raise ValueError(f"components must be a non-empty subset of {COMPONENTS}, got {list(components)}")
-        self.spec = spec
+        self.spec, self.outputs, self.statistics = spec, outputs, statistics
         self.components = tuple(c for c in COMPONENTS if c in components
                                 and not (c == "embedding" and spec.modality == "text"))
-        branches, width = {}, 0
+        branches = {}
         if "encoder" in self.components:
             encoder = TransformerNFNEncoder(spec, channels, num_layers)
             branches["encoder"] = nn.Sequential(nn.LayerNorm(encoder.out_features), mlp(encoder.out_features, hidden))
@@ -80,9 +96,11 @@ class TransformerNFN(nn.Module):
             if component in self.components:
                 size = sum(p.numel for p in spec.parameters() if spec.component(p.name) == component)
                 branches[component] = mlp(size, hidden)
-        width = hidden * len(branches)
+        if statistics:
+            features = feature_count(spec, self.components)
+            branches["statistics"] = nn.Sequential(nn.LayerNorm(features), mlp(features, hidden))
         self.branches = nn.ModuleDict(branches)
-        self.head = nn.Linear(width, 1)
+        self.head = nn.Sequential(nn.Dropout(head_dropout), nn.Linear(hidden * len(branches), outputs))
 
     def check(self, weights: TransformerWeights) -> BlockStack:
         """Stack the blocks and check every tensor against this model's spec (clear errors, before any math)."""
@@ -97,18 +115,34 @@ class TransformerNFN(nn.Module):
         check_stack(stack, mine, 1, "TransformerNFN input")
         return stack
 
-    def forward_logits(self, weights: TransformerWeights) -> torch.Tensor:
+    @torch.no_grad()
+    def prepare(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Packed weights [N, n_params] -> this model's inputs: the weights, and the statistics for the hybrid."""
+        if not self.statistics:
+            return (params,)
+        return params, invariant_statistics(TransformerWeights.from_params(params, self.spec), self.components)
+
+    def forward_prepared(self, params: torch.Tensor, *statistics: torch.Tensor) -> torch.Tensor:
+        weights = TransformerWeights.from_params(params, self.spec)
         stack = self.check(weights)
         outputs = []
         for name, branch in self.branches.items():
             if name == "encoder":
                 outputs.append(branch(self.encoder(stack)))
+            elif name == "statistics":
+                outputs.append(branch(statistics[0]))
             else:
                 outputs.append(branch(flat_component(weights, name)))
-        return self.head(torch.cat(outputs, dim=1)).squeeze(-1)
+        logits = self.head(torch.cat(outputs, dim=1))
+        return logits.squeeze(-1) if self.outputs == 1 else logits
+
+    def forward_logits(self, weights: TransformerWeights) -> torch.Tensor:
+        self.check(weights)
+        params = weights.to_params()
+        return self.forward_prepared(*self.prepare(params)) if self.statistics else self.forward_prepared(params)
 
     def forward(self, weights: TransformerWeights) -> torch.Tensor:
-        """Predicted accuracy in (0, 1), shape [batch]."""
+        """Predicted accuracy in (0, 1), shape [batch] (a single-output model)."""
         return torch.sigmoid(self.forward_logits(weights))
 
 

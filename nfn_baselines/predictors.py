@@ -1,10 +1,18 @@
 """The predictor registry: every model the benchmark can train, by name, with its constructor and default settings.
 
 The benchmark, the `stz bench --models` choices and its default list all read this registry, so a new predictor is
-one `register_predictor(...)` call (CONTRIBUTING.md, "Add a predictor"). A neural predictor is an `nn.Module` that
-maps a `TransformerWeights` batch to predicted accuracies in [0, 1] and is trained by `train.train_predictor`; a
-tree predictor is a scikit-learn-style regressor on the flattened weights, fitted by its own `fit` (which may use
-the validation split, e.g. for early stopping).
+one `register_predictor(...)` call (CONTRIBUTING.md, "Add a predictor"). Three kinds:
+
+- neural: `build(spec, settings, outputs)` makes an `nn.Module` that maps a `TransformerWeights` batch to the
+  target (`outputs` values per checkpoint), trained by `train.train_predictors`;
+- tree: a scikit-learn-style model on the flattened weights, fitted by `fit` (which may use the validation split,
+  e.g. for early stopping);
+- floor: a reference row that says what the weights add: the L2 norm of the weights (no training), the
+  checkpoint's epoch, or a model of the run's hyperparameters and epoch alone. A weight-space model that does not
+  beat the hyperparameters-only floor has learned nothing from the weights that the training config did not say.
+
+A predictor that is `seeded=False` gives the same result for every seed (boosted trees without subsampling, the
+floors): the benchmark fits it once and says so.
 """
 
 from __future__ import annotations
@@ -13,39 +21,52 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from small_transformer_zoo.format.architecture import COMPONENTS
+
 if TYPE_CHECKING:
-    import numpy as np
     from torch import nn
 
     from small_transformer_zoo.format.architecture import ArchitectureSpec
 
-    Arrays = tuple[np.ndarray, np.ndarray]
-
-from small_transformer_zoo.format.architecture import COMPONENTS
+    from .bench_data import SplitData
+    from .targets import Target
 
 # The model classes (and torch) load when a predictor is built, not when the registry is read: the command line
 # lists the registered names in its help.
 
 
 @dataclass(frozen=True)
-class Predictor:
-    """One registered model.
+class FitRequest:
+    """What a tree or floor predictor is fitted on."""
 
-    `build(spec, settings)` makes a neural model; `fit(seed, n_jobs, train, validation, settings)` returns a
-    fitted tree model with `predict`. `settings` are the defaults a benchmark row may override (the ablations do).
-    """
+    seed: int
+    n_jobs: int
+    train: SplitData
+    validation: SplitData
+    target: Target
+    settings: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """One registered model (module docstring). `settings` are the defaults a benchmark row may override (the
+    ablations do); `invariant`: the model's output is unchanged by the symmetry group (tested)."""
 
     name: str
-    kind: Literal["neural", "tree"]
+    kind: Literal["neural", "tree", "floor"]
     description: str
-    build: Callable[[ArchitectureSpec, Mapping[str, Any]], nn.Module] | None = None
-    fit: Callable[[int, int, Arrays, Arrays, Mapping[str, Any]], Any] | None = None
+    build: Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.Module] | None = None
+    fit: Callable[[FitRequest], Any] | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     default: bool = True
+    seeded: bool = True
+    invariant: bool = False
+    classifies: bool = True  # it can predict a class target
+    ranks_only: bool = False  # its values order checkpoints but are not in the target's unit (no R^2, no L1)
 
     def __post_init__(self) -> None:
-        if (self.kind == "neural") != (self.build is not None) or (self.kind == "tree") != (self.fit is not None):
-            raise ValueError(f"predictor {self.name!r}: a neural predictor needs `build`, a tree predictor `fit`")
+        if (self.kind == "neural") != (self.build is not None) or (self.kind != "neural") != (self.fit is not None):
+            raise ValueError(f"predictor {self.name!r}: a neural predictor needs `build`, the others `fit`")
 
 
 PREDICTORS: dict[str, Predictor] = {}
@@ -70,41 +91,72 @@ def default_predictors() -> list[str]:
     return [name for name, p in PREDICTORS.items() if p.default]
 
 
-def _tree(name: str) -> Callable[[int, int, Arrays, Arrays, Mapping[str, Any]], Any]:
-    def fit(seed: int, n_jobs: int, train: Arrays, validation: Arrays, settings: Mapping[str, Any]) -> Any:
-        from .baselines import fit_tree, tree_model
+def _transformer_nfn(statistics: bool) -> Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.Module]:
+    def build(spec: ArchitectureSpec, s: Mapping[str, Any], outputs: int) -> nn.Module:
+        from .model import TransformerNFN
 
-        return fit_tree(tree_model(name, seed, n_jobs=n_jobs, **settings), name, train, validation)
-
-    return fit
-
-
-def _transformer_nfn(spec: ArchitectureSpec, s: Mapping[str, Any]) -> nn.Module:
-    from .model import TransformerNFN
-
-    return TransformerNFN(spec, channels=s["channels"], hidden=s["hidden"], num_layers=s["layers"],
-                          components=s["components"])
-
-
-def _flat(mode: str) -> Callable[[ArchitectureSpec, Mapping[str, Any]], nn.Module]:
-    def build(spec: ArchitectureSpec, s: Mapping[str, Any]) -> nn.Module:
-        from .baselines import FlatPredictor
-
-        return FlatPredictor(spec, mode=mode, components=s["components"])
-
+        return TransformerNFN(spec, channels=s["channels"], hidden=s["hidden"], num_layers=s["layers"],
+                              components=s["components"], outputs=outputs, head_dropout=s["head_dropout"],
+                              statistics=statistics)
     return build
 
 
+def _flat(mode: str) -> Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.Module]:
+    def build(spec: ArchitectureSpec, s: Mapping[str, Any], outputs: int) -> nn.Module:
+        from .baselines import FlatPredictor
+
+        return FlatPredictor(spec, mode=mode, components=s["components"], outputs=outputs,
+                             head_dropout=s["head_dropout"])
+    return build
+
+
+def _tree(name: str) -> Callable[[FitRequest], Any]:
+    def fit(request: FitRequest) -> Any:
+        from .baselines import fit_tree, tree_model
+
+        model = tree_model(name, request.seed, n_jobs=request.n_jobs,
+                           classification=request.target.kind == "classification", **request.settings)
+        return fit_tree(model, name, request.train, request.validation, classes=len(request.target.classes))
+    return fit
+
+
+def _floor(name: str) -> Callable[[FitRequest], Any]:
+    def fit(request: FitRequest) -> Any:
+        from .floors import fit_floor
+
+        return fit_floor(name, request)
+    return fit
+
+
+NEURAL = {"components": COMPONENTS, "head_dropout": 0.0}
+NFN = {"channels": 10, "hidden": 10, "layers": 1, **NEURAL}
+
 register_predictor(Predictor(
     "transformer_nfn", "neural", "Transformer-NFN: equivariant layers over the encoder, MLPs over embedding and "
-    "classifier (docs/design.md section 8)", build=_transformer_nfn,
-    settings={"channels": 10, "hidden": 10, "layers": 1, "components": COMPONENTS}))
+    "classifier (docs/design.md section 8)", build=_transformer_nfn(False), settings=NFN, invariant=True))
+register_predictor(Predictor(
+    "nfn_hybrid", "neural", "Transformer-NFN with a branch over the invariant statistics before its head",
+    build=_transformer_nfn(True), settings=NFN, invariant=True))
 register_predictor(Predictor(
     "mlp", "neural", "each component's flattened weights through its own MLP of width 50", build=_flat("mlp"),
-    settings={"components": COMPONENTS}))
+    settings=NEURAL))
 register_predictor(Predictor(
     "statnn", "neural", "mean, variance and five quantiles of every tensor through an MLP of width 256",
-    build=_flat("statnn"), settings={"components": COMPONENTS}))
-for _name, _what in (("xgboost", "XGBoost (CPU build)"), ("lightgbm", "LightGBM"),
-                     ("random_forest", "scikit-learn's Random Forest")):
-    register_predictor(Predictor(_name, "tree", f"{_what} on the flattened weights", fit=_tree(_name)))
+    build=_flat("statnn"), settings=NEURAL))
+register_predictor(Predictor(
+    "statnn_invariant", "neural", "STATNN's statistics of quantities the symmetry group leaves unchanged: per-head "
+    "QK and VO products (singular values, entries), MLP tensors, embedding, classifier (docs/design.md section 9)",
+    build=_flat("statnn_invariant"), settings=NEURAL, invariant=True))
+for _name, _what, _seeded in (("xgboost", "XGBoost (CPU build)", False), ("lightgbm", "LightGBM", False),
+                              ("random_forest", "scikit-learn's Random Forest", True)):
+    register_predictor(Predictor(_name, "tree", f"{_what} on the flattened weights", fit=_tree(_name),
+                                 seeded=_seeded))
+register_predictor(Predictor(
+    "l2_norm", "floor", "floor: the L2 norm of all weights, no training (its sign chosen on the training split)",
+    fit=_floor("l2_norm"), seeded=False, classifies=False, ranks_only=True))
+register_predictor(Predictor(
+    "epoch", "floor", "floor: the checkpoint's epoch, no weights (its sign chosen on the training split)",
+    fit=_floor("epoch"), seeded=False, classifies=False, ranks_only=True))
+register_predictor(Predictor(
+    "hyperparameters", "floor", "floor: LightGBM on the run's hyperparameters and the checkpoint's epoch, no "
+    "weights (the target's own columns left out)", fit=_floor("hyperparameters"), seeded=False))

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any, NoReturn
 
 from .errors import DataError, ZooFormatError
 from .format.manifest import package_version
@@ -112,6 +114,36 @@ def cmd_public_copy(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the one-line error rule of every command: `stz <command>: error: ...`, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def bounded(kind: type, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+            high_open: bool = False) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` within [low, high] (an end open where asked); anything else is a
+    one-line error naming the allowed range."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, got "
+                                             f"{text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        below = low is not None and (value <= low if low_open else value < low)
+        above = high is not None and (value >= high if high_open else value > high)
+        if below or above:
+            bounds = [f"{'greater than' if low_open else 'at least'} {low:g}"] if low is not None else []
+            bounds += [f"{'less than' if high_open else 'at most'} {high:g}"] if high is not None else []
+            raise argparse.ArgumentTypeError(f"{text} must be {' and '.join(bounds)}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def add_zoo_argument(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
     """The zoo root, the same argument in every command that reads a zoo: a local folder or a Hub dataset repo
     id, with `--config` (optional when the root holds one config) and `--revision` (Hub only)."""
@@ -125,7 +157,7 @@ def add_zoo_argument(parser: argparse.ArgumentParser, *, positional: bool = True
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
+    parser = OneLineParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
                                                              "benchmark zoos of trained transformers.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command")
@@ -165,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("out", help="zoo root to write")
     imp.add_argument("--config", required=True, help="config name for the imported zoo, e.g. mnist-original")
     imp.add_argument("--task", help="mnist or agnews: which release, when SOURCE holds both (else detected)")
-    imp.add_argument("--shard-size", type=int, default=2048, help="checkpoints per shard (default: 2048)")
+    imp.add_argument("--shard-size", type=bounded(int, 1), default=2048, help="checkpoints per shard (default: 2048)")
     imp.add_argument("--overwrite", action="store_true", help="replace a zoo already at OUT/CONFIG")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar")
     imp.set_defaults(func=cmd_import_original)
@@ -178,7 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit codes: 0 done, 1 a problem in the data, files or network, 2 a bad argument (argparse's code too)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, --version and bad arguments (one line, code 2) end here
+        return int(stop.code or 0)
     # huggingface_hub's retry warnings would break the one-line rule; it sets its level when first imported
     # (from HF_HUB_VERBOSITY), which happens only once a command needs it.
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")

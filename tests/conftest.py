@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="stz-tests-"))
 
 
@@ -71,18 +70,6 @@ def zoo_copy(synthetic_root: Path, tmp_path: Path) -> Path:
     target = tmp_path / "zoo"
     shutil.copytree(synthetic_root, target)
     return target
-
-
-def shared_data(name: str) -> Path:
-    path = SHARED_DATA / name
-    if not path.exists():
-        pytest.skip(f"real data {path} is absent (../shared/data is only laid out beside the project checkout)")
-    return path
-
-
-def quiet(*_: object) -> None:
-    """A `log` that prints nothing."""
-    return None
 
 
 @pytest.fixture(scope="module")

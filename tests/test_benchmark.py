@@ -1,4 +1,5 @@
-"""Baselines and the benchmark protocol, on a small synthetic zoo whose accuracy is a function of its weights."""
+"""Baselines and the benchmark protocol, on a small synthetic zoo whose accuracy is a function of its weights: every
+table carries intervals over test runs and run counts, the floors are in it, and the protocols and targets hold."""
 
 import json
 from pathlib import Path
@@ -8,32 +9,44 @@ import pytest
 import torch
 
 from nfn_baselines.baselines import FlatPredictor, statistics
-from nfn_baselines.benchmark import (load_bench_data, model_specs, plot_predictions, render_markdown, run_benchmark,
-                                     summarize)
+from nfn_baselines.bench_data import load_bench_data
+from nfn_baselines.bench_runs import BenchRequest, run_bench
+from nfn_baselines.benchmark import model_specs, run_benchmark, tuning_trials
 from nfn_baselines.cli import register  # noqa: F401  (the subcommand module imports cleanly)
+from nfn_baselines.leaderboard import load_leaderboard, score_submission
 from nfn_baselines.metrics import scores
+from nfn_baselines.report import render_markdown, score
 from small_transformer_zoo import ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
+from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.weights.symmetry import sample_group_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 SPEC = mnist_spec()
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
 
 
 @pytest.fixture(scope="module")
 def learnable_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Accuracy = a smooth function of one shift added to the last block's b_B (an invariant the encoder sees) and
-    to the classifier's last bias (which the flat models see): every model has signal to find."""
+    to the classifier's last bias (which the flat models see): every model has signal to find. Two epochs per run,
+    hyperparameters recorded, the optimizer marked in the weights too."""
     root = tmp_path_factory.mktemp("bench")
     rng = np.random.default_rng(0)
     b_b = next(p for p in SPEC.parameters() if p.name == f"blocks.{SPEC.num_blocks - 1}.mlp.fc2.bias")
     with ZooWriter(root, "learnable", SPEC, register=False) as writer:
-        for run in range(300):
+        for run in range(150):
             shift = rng.uniform(-1, 1)
-            params = rng.normal(0, 0.2, SPEC.n_params).astype(np.float32)
-            params[-10:] += shift
-            params[b_b.offset : b_b.offset + b_b.numel] += shift
-            writer.add(params, {"run_id": f"r{run}", "epoch": 1, "test_accuracy": float(1 / (1 + np.exp(-3 * shift)))})
+            optimizer = OPTIMIZERS[run % 4]
+            for epoch in (1, 2):
+                params = rng.normal(0, 0.2, SPEC.n_params).astype(np.float32)
+                params[-10:] += shift * epoch / 2
+                params[b_b.offset : b_b.offset + b_b.numel] += shift * epoch / 2
+                params[:40] += OPTIMIZERS.index(optimizer)
+                accuracy = float(1 / (1 + np.exp(-3 * shift * epoch / 2)))
+                writer.add(params, {"run_id": f"r{run}", "epoch": epoch, "test_accuracy": accuracy,
+                                    "train_accuracy": min(1.0, accuracy + 0.1 * (1 + shift) / 2), "optimizer": optimizer,
+                                    "learning_rate": 10 ** rng.uniform(-4, -1), "test_loss": 2.0 - accuracy})
     return root
 
 
@@ -52,8 +65,7 @@ def test_flat_predictors_are_not_invariant_but_run() -> None:
         model = FlatPredictor(SPEC, mode=mode).double()
         out = model(weights)
         assert out.shape == (4,) and ((out > 0) & (out < 1)).all()
-        if mode == "mlp":
-            assert not torch.allclose(model(g.act(weights)), out, atol=1e-6)
+        assert not torch.allclose(model(g.act(weights)), out, atol=1e-6)
     with pytest.raises(ValueError, match="mode"):
         FlatPredictor(SPEC, mode="cnn")
 
@@ -66,17 +78,127 @@ def test_scores_and_thresholds() -> None:
     assert scores(true, true)["r2"] == pytest.approx(1.0) and scores(true, true)["l1"] == 0.0
 
 
-def test_benchmark_table_ranks_models_on_a_learnable_zoo(learnable_zoo: Path, tmp_path: Path) -> None:
+def test_benchmark_table_has_intervals_run_counts_floors_and_ties(learnable_zoo: Path) -> None:
     data = load_bench_data(learnable_zoo, "learnable")
-    models = model_specs(["transformer_nfn", "mlp", "statnn", "xgboost", "lightgbm", "random_forest"])
-    result = run_benchmark(data, models, seeds=[0], epochs=6)
-    summary = summarize(result)
-    assert set(summary) == {m.name for m in models}
-    for name in ("transformer_nfn", "xgboost", "lightgbm", "random_forest"):
-        assert summary[name]["tau"]["mean"] > 0.5, (name, summary[name]["tau"])
-    markdown = render_markdown(summary, (0.2, 0.4, 0.6, 0.8), 1, "learnable")
-    assert "| transformer_nfn |" in markdown and "±" in markdown
-    assert plot_predictions(result, tmp_path / "fig.png", "learnable").stat().st_size > 10_000
+    models = model_specs(["transformer_nfn", "statnn", "statnn_invariant", "lightgbm", "l2_norm", "epoch",
+                          "hyperparameters"])
+    result = run_benchmark(data, models, seeds=[0, 1], epochs=6)
+    report = score(result, (0.2, 0.4, 0.6, 0.8), resamples=200)
+    for name in ("transformer_nfn", "statnn", "lightgbm"):
+        cell = report.cells[name]["tau"]
+        assert cell.estimate > 0.4 and cell.low <= cell.estimate <= cell.high, (name, cell)
+    test_runs = data.splits["test"].run_count
+    assert report.cells["statnn"]["tau"].runs == test_runs and report.cells["statnn"]["tau"].checkpoints == 2 * test_runs
+    assert np.isnan(report.cells["l2_norm"]["r2"].estimate), "a ranking floor has no R^2"
+    assert report.best in report.tied() and report.versus_best[report.best]["tied"]
+    markdown = render_markdown(report, result, "learnable")
+    assert "| transformer_nfn |" in markdown and "| hyperparameters |" in markdown
+    assert f"tau (all): {test_runs} runs, {2 * test_runs} checkpoints" in markdown and "95% interval" in markdown
+    assert "train tau" in markdown and "validation tau" in markdown
+
+
+def test_stz_bench_writes_json_markdown_plot_and_leaderboard(learnable_zoo: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "2",
+                 "--models", "mlp", "lightgbm", "--out", str(tmp_path), "--leaderboard", str(tmp_path / "b.json"),
+                 "--resamples", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "| mlp |" in out and "| lightgbm |" in out and "[" in out
+    saved = json.loads((tmp_path / "learnable-bench.json").read_text())
+    assert set(saved["models"]) == {"mlp", "lightgbm"} and saved["seeds"] == [0]
+    assert saved["bootstrap"] == {"resamples": 200, "seed": 0, "unit": "test run", "confidence": 0.95}
+    assert (tmp_path / "learnable-bench-predicted-vs-true.png").is_file()
+    board = {e["name"]: e["metrics"] for e in load_leaderboard(tmp_path / "b.json")}
+    assert board.keys() == {"mlp", "lightgbm"}
+    assert board["lightgbm"]["tau"] == pytest.approx(saved["models"]["lightgbm"]["columns"]["tau"]["estimate"])
+    assert len(board["lightgbm"]["intervals"]["tau"]) == 2 and board["lightgbm"]["runs"] > 0
+
+
+def test_the_paper_protocol_filters_then_trains_per_threshold(learnable_zoo: Path) -> None:
+    data = load_bench_data(learnable_zoo, "learnable", protocol="paper", epoch=2)
+    assert set(data.splits["train"].metadata.column("epoch").to_pylist()) == {2}
+    assert len(data.splits["train"]) == data.splits["train"].run_count, "one checkpoint per run"
+    conditions = data.conditions((0.4, 0.6))
+    assert [c.name for c in conditions] == ["all", ">=0.4", ">=0.6"]
+    for condition in conditions[1:]:
+        for split in condition.splits.values():
+            assert (split.accuracy >= condition.threshold).all()
+    result = run_benchmark(data, model_specs(["lightgbm", "l2_norm"]), [0], 2, (0.4, 0.6))
+    report = score(result, (0.4, 0.6), resamples=100)
+    above = conditions[1].splits["test"]
+    assert report.cells["lightgbm"]["tau@0.4"].runs == above.run_count
+    with pytest.raises(DataError, match="choose the epoch of the paper protocol with --epoch"):
+        load_bench_data(learnable_zoo, "learnable", protocol="paper")
+    with pytest.raises(ValueError, match="--epoch belongs to the paper protocol"):
+        load_bench_data(learnable_zoo, "learnable", epoch=2)
+
+
+def test_where_selects_as_the_fast_path_does(learnable_zoo: Path) -> None:
+    from small_transformer_zoo import Zoo
+
+    data = load_bench_data(learnable_zoo, "learnable", where={"optimizer": ["adam", "sgd"], "epoch": 2})
+    zoo = Zoo.open(learnable_zoo, "learnable")
+    for name, split in data.splits.items():
+        expected = zoo.metadata(name).take(zoo.select(name, where={"optimizer": ["adam", "sgd"], "epoch": 2}))
+        assert split.metadata.column("checkpoint_id").to_pylist() == expected.column("checkpoint_id").to_pylist()
+
+
+@pytest.mark.parametrize("target", ["generalization_gap", "test_loss", "learning_rate", "epoch", "optimizer"])
+def test_every_target_trains_scores_and_submits(learnable_zoo: Path, tmp_path: Path, target: str) -> None:
+    from small_transformer_zoo import Zoo
+
+    request = BenchRequest(models=["statnn", "lightgbm", "hyperparameters"], seeds=1, epochs=2, target=target,
+                           resamples=100)
+    outcome = run_bench(Zoo.open(learnable_zoo, "learnable"), request, tmp_path)
+    main_column = "accuracy" if target == "optimizer" else "tau"
+    assert outcome.report.main == main_column
+    submission = outcome.paths["submission:lightgbm"]
+    assert submission.read_text().splitlines()[0] == f"checkpoint_id,predicted_{target}"
+    metrics = score_submission(submission, learnable_zoo, "learnable", "test", target=target)
+    estimate = outcome.report.cells["lightgbm"][main_column].estimate
+    assert metrics["target"] == target and metrics[main_column] == pytest.approx(estimate)
+    if target == "optimizer":
+        assert outcome.report.cells["lightgbm"]["accuracy"].estimate > 0.9, "the optimizer is written in the weights"
+
+
+def test_a_target_the_zoo_does_not_record_is_a_clear_error(tmp_path: Path) -> None:
+    """As an imported release records no train accuracy, it has no generalization gap."""
+    rng = np.random.default_rng(1)
+    with ZooWriter(tmp_path, "no-train", SPEC, register=False) as writer:
+        for run in range(40):
+            writer.add(rng.normal(0, 0.2, SPEC.n_params).astype(np.float32),
+                       {"run_id": f"r{run}", "epoch": 1, "test_accuracy": float(rng.uniform())})
+    with pytest.raises(DataError, match="does not record 'train_accuracy' for .* so it has no target "
+                                        "'generalization_gap'"):
+        load_bench_data(tmp_path, "no-train", target="generalization_gap")
+    with pytest.raises(ValueError, match="unknown target 'speed'"):
+        load_bench_data(tmp_path, "no-train", target="speed")
+
+
+def test_tuning_searches_the_same_trials_for_every_model(learnable_zoo: Path) -> None:
+    data = load_bench_data(learnable_zoo, "learnable")
+    result = run_benchmark(data, model_specs(["statnn", "statnn_invariant"]), [0, 1], 2, tune=True)
+    for model in ("statnn", "statnn_invariant"):
+        record = result.trials[(model, "all")]
+        assert [{k: t[k] for k in ("lr", "weight_decay", "epochs")} for t in record] == tuning_trials(2)
+        chosen = result.fits[(model, "all")][0].trial
+        assert chosen in tuning_trials(2)
+        assert result.untuned[(model, "all")][0].trial == tuning_trials(2)[0]
+
+
+def test_resplit_and_learning_curve(learnable_zoo: Path) -> None:
+    own = load_bench_data(learnable_zoo, "learnable")
+    other = load_bench_data(learnable_zoo, "learnable", split_salt="resplit-1")
+    assert other.split_salt == "resplit-1"
+    runs = lambda data, s: set(data.splits[s].runs.tolist())  # noqa: E731
+    assert runs(own, "test") != runs(other, "test")
+    assert set().union(*(runs(own, s) for s in own.splits)) == set().union(*(runs(other, s) for s in other.splits))
+    for a in other.splits:
+        for b in other.splits:
+            assert a == b or not runs(other, a) & runs(other, b), "a run in two splits"
+    quarter = load_bench_data(learnable_zoo, "learnable", train_runs=0.25)
+    assert abs(quarter.splits["train"].run_count - round(0.25 * own.splits["train"].run_count)) <= 1
+    assert runs(quarter, "train") <= runs(own, "train") and runs(quarter, "test") == runs(own, "test")
 
 
 def test_ablations_add_nfn_variants() -> None:
@@ -87,22 +209,6 @@ def test_ablations_add_nfn_variants() -> None:
         model_specs(["resnet"])
 
 
-def test_stz_bench_writes_json_markdown_and_plot(learnable_zoo: Path, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "2",
-                 "--models", "mlp", "lightgbm", "--out", str(tmp_path), "--leaderboard", str(tmp_path / "b.json")]) == 0
-    out = capsys.readouterr().out
-    assert "| mlp |" in out and "| lightgbm |" in out
-    saved = json.loads((tmp_path / "learnable-bench.json").read_text())
-    assert set(saved["summary"]) == {"mlp", "lightgbm"} and saved["seeds"] == [0]
-    assert (tmp_path / "learnable-predicted-vs-true.png").is_file()
-    from nfn_baselines.leaderboard import load_leaderboard
-
-    board = {e["name"]: e["metrics"]["tau"] for e in load_leaderboard(tmp_path / "b.json")}
-    assert board.keys() == {"mlp", "lightgbm"}
-    assert board["lightgbm"] == pytest.approx(saved["per_seed"]["lightgbm"][0]["tau"])
-
-
 def test_preprocessing_reaches_every_split(learnable_zoo: Path, tmp_path: Path) -> None:
     from small_transformer_zoo.weights.canonical import canonicalize_params
 
@@ -110,14 +216,36 @@ def test_preprocessing_reaches_every_split(learnable_zoo: Path, tmp_path: Path) 
     canonical = load_bench_data(learnable_zoo, "learnable", "canonical")
     both = load_bench_data(learnable_zoo, "learnable", "both")
     for split in ("train", "validation", "test"):
-        assert torch.allclose(canonical.splits[split][0], canonicalize_params(raw.splits[split][0], SPEC), atol=1e-6)
-        assert torch.equal(canonical.splits[split][1], raw.splits[split][1])
-    train = TransformerWeights.from_params(both.splits["train"][0].double(), SPEC)
+        assert torch.allclose(canonical.splits[split].params, canonicalize_params(raw.splits[split].params, SPEC),
+                              atol=1e-6)
+        assert np.array_equal(canonical.splits[split].target, raw.splits[split].target)
+    train = TransformerWeights.from_params(both.splits["train"].params.double(), SPEC)
     assert abs(train.blocks[0].W_A.mean().item()) < 1e-5 and abs(train.blocks[0].W_A.std().item() - 1) < 1e-3
     assert raw.stats is None and canonical.stats is None and both.stats is not None
     with pytest.raises(ValueError, match="unknown preprocessing 'whiten'"):
         load_bench_data(learnable_zoo, "learnable", "whiten")
     assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "1",
-                 "--models", "statnn", "--preprocess", "standardize", "--out", str(tmp_path)]) == 0
+                 "--models", "statnn", "--preprocess", "standardize", "--out", str(tmp_path), "--resamples",
+                 "100"]) == 0
     saved = json.loads((tmp_path / "learnable-bench.json").read_text())
-    assert saved["preprocess"] == "standardize" and "blocks.0.W_A" in saved["weight_stats"]["scale"]
+    assert saved["data"]["preprocess"] == "standardize" and "blocks.0.W_A" in saved["data"]["weight_stats"]["scale"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "0"], "--seeds: 0 must be at least 1"),
+    (["--epochs", "0"], "--epochs: 0 must be at least 1"),
+    (["--thresholds", "2"], "--thresholds: 2 must be greater than 0 and less than 1"),
+    (["--train-runs", "0"], "--train-runs: 0 must be greater than 0 and at most 1"),
+    (["--resamples", "10"], "--resamples: 10 must be at least 100"),
+    (["--where", "epoch=1.5"], "where\\['epoch'\\]: '1.5' is not an integer"),
+])
+def test_bench_flags_are_range_checked(learnable_zoo: Path, argv: list[str], message: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(learnable_zoo), *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and __import__("re").search(message, err), err
+
+
+def test_a_split_too_small_is_a_data_problem(learnable_zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(learnable_zoo), "--where", "run_id=r1", "--seeds", "1"]) == 1
+    assert "the benchmark needs at least 2 runs in every split" in capsys.readouterr().err

@@ -8,14 +8,13 @@ import pytest
 import torch
 
 from builders.batched import GroupDropout
-from builders.build import run_build
 from builders.device import bytes_per_run, check_precision, choose_group_size
 from builders.grid import Run, run_seed
 from builders.trainer import RunStreams, train_group
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.devices import resolve_device
-from tests.conftest import quiet
+from tests.helpers import build_zoo, quiet, recipe
 
 GIB = 1024 ** 3
 
@@ -59,7 +58,7 @@ def test_group_sizes_follow_the_memory_figure() -> None:
 
 def test_a_group_that_does_not_fit_fails_before_training(tmp_path) -> None:
     with pytest.raises(ValueError, match="group size 4 does not fit on cpu"):
-        run_build("mnist", "tiny", tmp_path, group_size=4, free_bytes=2**20, log=quiet, progress=False)
+        build_zoo("mnist", "tiny", tmp_path, group_size=4, free_bytes=2**20, log=quiet, progress=False)
     assert not (tmp_path / "mnist-tiny").exists(), "nothing is written before the checks pass"
 
 
@@ -100,18 +99,18 @@ def test_training_on_an_explicit_device_and_precision(small_data, precision: str
     spec = mnist_spec()
     runs = [Run(f"p-{i}", "adam", 1.0, dropout, 1e-3, 0.2, 1e-6, run_seed(f"p{i}")) for i, dropout in
             enumerate((0.0, 0.1))]
-    checkpoints = train_group(runs, small_data, spec, 1, [1], batch_size=32, device="cpu", precision=precision)
+    checkpoints = train_group(runs, small_data, spec, recipe(1, [1], 32, precision=precision), "cpu")
     assert len(checkpoints) == 4 and all(c.params.dtype == np.float32 for c in checkpoints)
     assert all(0 <= c.metrics["test_accuracy"] <= 1 and not c.diverged for c in checkpoints)
-    reference = train_group(runs, small_data, spec, 1, [1], batch_size=32, device="cpu")
+    reference = train_group(runs, small_data, spec, recipe(1, [1], 32), "cpu")
     for mine, theirs in zip(checkpoints, reference):
         difference = np.abs(mine.params - theirs.params).max()
         assert (difference == 0) if precision == "fp32" else (0 < difference < 0.05)
 
 
 def test_the_same_zoo_whatever_the_group_size(tmp_path) -> None:
-    run_build("mnist", "tiny", tmp_path / "four", progress=False, log=quiet, device="cpu")
-    run_build("mnist", "tiny", tmp_path / "three", progress=False, log=quiet, device="cpu", group_size=3, workers=1)
+    build_zoo("mnist", "tiny", tmp_path / "four", progress=False, log=quiet, device="cpu")
+    build_zoo("mnist", "tiny", tmp_path / "three", progress=False, log=quiet, device="cpu", group_size=3, workers=1)
     first, second = Zoo.open(tmp_path / "four", "mnist-tiny"), Zoo.open(tmp_path / "three", "mnist-tiny")
     for split in first.splits:
         a, b = first.metadata(split).to_pylist(), second.metadata(split).to_pylist()
@@ -157,12 +156,11 @@ def test_identical_builds_write_identical_bytes_readable_by_the_team(tmp_path) -
     import subprocess
     import sys
 
-    from builders.build import run_build
 
     first = tmp_path / "first"
-    run_build("mnist", "tiny", first, progress=False, log=quiet)
-    script = ("import sys; from builders.build import run_build; "
-              "run_build('mnist', 'tiny', sys.argv[1], progress=False, log=lambda *_: None)")
+    build_zoo("mnist", "tiny", first, progress=False, log=quiet)
+    script = ("import sys; from builders.build import BuildRequest, run_build; "
+              "run_build(BuildRequest.of('mnist', 'tiny', sys.argv[1]), progress=False, log=lambda *_: None)")
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "second")], check=True, timeout=600,
                    cwd=Path(__file__).resolve().parents[1])
 
@@ -184,13 +182,13 @@ def test_hashed_dropout_training_does_not_depend_on_the_group(small_data) -> Non
     spec = mnist_spec()
     runs = [Run(f"h-{i}", "sgd_momentum", fraction, dropout, 1e-2, 0.2, 1e-6, run_seed(f"h{i}"))
             for i, (fraction, dropout) in enumerate(((1.0, 0.1), (0.8, 0.0), (0.9, 0.2)))]
-    together = train_group(runs, small_data, spec, 3, [1, 3], batch_size=32, hashed_dropout=True)
-    alone = train_group(runs[2:], small_data, spec, 3, [1, 3], batch_size=32, hashed_dropout=True)
+    together = train_group(runs, small_data, spec, recipe(3, [1, 3], 32), hashed_dropout=True)
+    alone = train_group(runs[2:], small_data, spec, recipe(3, [1, 3], 32), hashed_dropout=True)
     mine = [c for c in together if c.run is runs[2]]
     assert len(mine) == len(alone) == 3
     for a, b in zip(mine, alone):
         assert np.abs(a.params - b.params).max() < 1e-5 and a.metrics["test_accuracy"] == b.metrics["test_accuracy"]
-    generator_masks = train_group(runs[2:], small_data, spec, 3, [1, 3], batch_size=32)
+    generator_masks = train_group(runs[2:], small_data, spec, recipe(3, [1, 3], 32))
     assert np.abs(generator_masks[-1].params - alone[-1].params).max() > 1e-4, "the two mask sources differ"
 
 
@@ -210,7 +208,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytes
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockedError, match=rf"is being written by pid {holder.pid} on .*a test holder"):
-            run_build("mnist", "tiny", tmp_path, progress=False, log=quiet)
+            build_zoo("mnist", "tiny", tmp_path, progress=False, log=quiet)
         assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]) == 1
         assert f"pid {holder.pid}" in capsys.readouterr().err
         assert not (tmp_path / "mnist-tiny").exists(), "nothing trained or written"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from small_transformer_zoo import WeightSpaceCollator, Zoo, ZooFormatError, load_dataset
-from tests.test_format import metadata_file
+from tests.helpers import metadata_file
 
 
 def test_eager_split_equals_the_fast_path(synthetic_root: Path) -> None:

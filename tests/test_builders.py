@@ -15,15 +15,16 @@ import pytest
 import torch
 
 from builders.batched import GroupDropout, batched_logits, packed_views
-from builders.build import load_task_data, run_build
+from builders.build import load_task_data
 from builders.data import load_idx_folder, parse_idx
 from builders.grid import FAMILY, OPTIMIZERS, PAPER_GRID, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
+from builders.tasks import get_task
 from builders.reference import train_run_plain
 from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import sinusoidal_positions
-from tests.conftest import quiet, shared_data
+from tests.helpers import build_zoo, quiet, recipe, shared_data
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def test_paper_grid_and_presets() -> None:
     assert {o: sum(r.optimizer == o for r in runs) for o in OPTIMIZERS} == dict.fromkeys(OPTIMIZERS, 4_000)
     assert len({r.seed for r in runs}) > 15_990
     stratified = preset_runs("mnist", PRESETS["tiny"])
-    assert len(stratified) == 16 and {r.optimizer for r in stratified} == set(OPTIMIZERS)
+    assert len(stratified) == 20 and {r.optimizer for r in stratified} == set(OPTIMIZERS)
     for name, count in (("mini", 40), ("medium", 240)):
         picked = preset_runs("mnist", PRESETS[name])
         assert len(picked) == count and len({r.run_id for r in picked}) == count
@@ -66,7 +67,7 @@ def test_vectorized_training_matches_one_model_at_a_time(small_data, optimizer: 
     spec = mnist_spec()
     runs = [Run(f"t-{optimizer}-{i}", optimizer, fraction, 0.0, lr * (i + 1), 0.2, 1e-4, run_seed(f"t{i}{optimizer}"))
             for i, fraction in enumerate((1.0, 0.7, 0.9))]
-    checkpoints = train_group(runs, small_data, spec, epochs=1, checkpoint_epochs=[1])
+    checkpoints = train_group(runs, small_data, spec, recipe(1, [1]))
     for run in runs:
         alone, history = train_run_plain(run, small_data, spec, epochs=1, checkpoint_epochs=[1])
         final = next(c for c in checkpoints if c.run is run and not c.is_best)
@@ -142,18 +143,25 @@ def test_a_runs_training_does_not_depend_on_its_group(small_data) -> None:
     spec = mnist_spec()
     runs = [Run(f"g-{i}", "adam", 0.8, dropout, 3e-3, 0.3, 1e-6, run_seed(f"g{i}"))
             for i, dropout in enumerate((0.1, 0.0, 0.2))]
-    together = train_group(runs, small_data, spec, epochs=2, checkpoint_epochs=[2])
-    alone = train_group(runs[2:], small_data, spec, epochs=2, checkpoint_epochs=[2])
+    together = train_group(runs, small_data, spec, recipe(2, [2]))
+    alone = train_group(runs[2:], small_data, spec, recipe(2, [2]))
     mine = next(c for c in together if c.run is runs[2] and not c.is_best)
     assert np.abs(mine.params - alone[0].params).max() < 1e-4
     assert mine.metrics["test_accuracy"] == pytest.approx(alone[0].metrics["test_accuracy"], abs=1.5 / 64)
 
 
-def test_idx_loader_on_the_real_mnist_test_set() -> None:
-    data = load_idx_folder(shared_data("mnist"), "mnist")
+def test_idx_loader_on_the_real_mnist_test_set(tmp_path: Path) -> None:
+    """A folder of test files only is refused, unless the user asks to carve it; then every record says so."""
+    with pytest.raises(ZooFormatError, match=r"no train-images-idx3-ubyte\[.gz\] here, only the test files; pass "
+                                             r"--carve-from-test"):
+        load_idx_folder(shared_data("mnist"), "mnist")
+    with pytest.raises(ZooFormatError, match="--carve-from-test"):
+        build_zoo("mnist", "tiny", tmp_path, data_dir=shared_data("mnist"))
+    assert not (tmp_path / "mnist-tiny").exists()
+    data = load_idx_folder(shared_data("mnist"), "mnist", carve_from_test=True)
     assert len(data.train_y) + len(data.validation_y) == 8_000 and len(data.test_y) == 2_000
     assert data.train_x.shape[1:] == (1, 28, 28) and abs(float(data.train_x.mean()) + 0.74) < 0.1
-    assert "carved" in data.source["files"]
+    assert data.source["carved_from_test"] and "carved 80/20" in data.source["files"]
 
 
 def test_idx_errors_name_the_file(tmp_path: Path) -> None:
@@ -184,17 +192,17 @@ def _params(root: Path, config: str) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "zoo"
-    run_build("mnist", "tiny", out, progress=False, log=quiet)
+    build_zoo("mnist", "tiny", out, progress=False, log=quiet)
     return out
 
 
 def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
     zoo = Zoo.open(tiny_build, "mnist-tiny")
     assert zoo.verify() == []
-    assert zoo.manifest["counts"]["runs"] == 16 and zoo.manifest["checkpoint_epochs"] == [1, 2, "best"]
+    assert zoo.manifest["counts"]["runs"] == 20 and zoo.manifest["checkpoint_epochs"] == [1, 2, "best"]
     assert zoo.manifest["provenance"]["build_plan"]["preset"] == "tiny"
     rows = [r for s in zoo.splits for r in zoo.metadata(s).to_pylist()]
-    assert len(rows) == 16 * 3
+    assert len(rows) == 20 * 3
     for run_id in {r["run_id"] for r in rows}:
         mine = [r for r in rows if r["run_id"] == run_id]
         best = next(r for r in mine if r["is_best"])
@@ -203,7 +211,7 @@ def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
     accuracies = [r[k] for r in rows for k in ("train_accuracy", "validation_accuracy", "test_accuracy")]
     exact = [float(Fraction(a).limit_denominator(100_000)) == a for a in accuracies]
     assert all(exact), "accuracies are counts over totals (a float64 quotient), without float32 noise"
-    assert run_build("mnist", "tiny", tiny_build, progress=False, log=quiet)["config"] == "mnist-tiny"  # reused
+    assert build_zoo("mnist", "tiny", tiny_build, progress=False, log=quiet)["config"] == "mnist-tiny"  # reused
 
 
 KILL_AFTER_FIRST_PART = """
@@ -230,7 +238,7 @@ def test_killed_build_resumes_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
     assert len(list(parts.glob("*.json"))) == 1 and not (out / "mnist-tiny" / "zoo.json").exists()
     resumed = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", *arguments], cwd=PROJECT,
                              capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0 and "resuming: 4 of 16 runs already trained" in resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0 and "resuming: 5 of 20 runs already trained" in resumed.stdout + resumed.stderr
     first, second = _params(tiny_build, "mnist-tiny"), _params(out, "mnist-tiny")
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
@@ -249,48 +257,48 @@ def test_a_crash_while_putting_the_zoo_in_place_keeps_every_trained_part(tiny_bu
 
     monkeypatch.setattr(os, "replace", fail_at_the_manifest)
     with pytest.raises(OSError, match="simulated crash"):
-        run_build("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
+        build_zoo("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
     config = tmp_path / "out" / "mnist-tiny"
     assert not (config / "zoo.json").exists() and len(list((config / ".build" / "parts").glob("*.json"))) == 4
     monkeypatch.setattr(os, "replace", rename)
     said: list[str] = []
-    run_build("mnist", "tiny", tmp_path / "out", progress=False, log=said.append)
-    assert "resuming: 16 of 16 runs already trained" in said and "training on cpu: 0 groups of up to 4 runs" in said
+    build_zoo("mnist", "tiny", tmp_path / "out", progress=False, log=said.append)
+    assert "resuming: 20 of 20 runs already trained" in said and "training on cpu: 0 groups of up to 5 runs" in said
     assert not (config / ".build").exists()
     first, second = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "out", "mnist-tiny")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
     (config / ".build" / "parts").mkdir(parents=True)  # as a build killed after its zoo was in place leaves it
-    run_build("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
+    build_zoo("mnist", "tiny", tmp_path / "out", progress=False, log=quiet)
     assert not (config / ".build").exists()
 
 
 def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
-    from builders.build import merge_shards
+    from builders.build import BuildRequest, merge_shards
 
     for index in range(2):
-        run_build("mnist", "tiny", tmp_path / f"shard{index}", num_shards=2, shard_index=index, progress=False,
+        build_zoo("mnist", "tiny", tmp_path / f"shard{index}", num_shards=2, shard_index=index, progress=False,
                   log=quiet)
     with pytest.raises(ZooFormatError, match="8 runs missing"):
-        merge_shards(tmp_path / "merged", [tmp_path / "shard0"], "mnist", "tiny")
+        merge_shards(BuildRequest.of("mnist", "tiny", tmp_path / "merged"), [tmp_path / "shard0"])
     with pytest.raises(ZooFormatError, match="run mnist-.* is present twice"):
-        merge_shards(tmp_path / "merged", [tmp_path / "shard0", tmp_path / "shard0"], "mnist", "tiny")
-    merge_shards(tmp_path / "merged", [tmp_path / "shard0", tmp_path / "shard1"], "mnist", "tiny")
+        merge_shards(BuildRequest.of("mnist", "tiny", tmp_path / "merged"), [tmp_path / "shard0", tmp_path / "shard0"])
+    merge_shards(BuildRequest.of("mnist", "tiny", tmp_path / "merged"), [tmp_path / "shard0", tmp_path / "shard1"])
     first, merged = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "merged", "mnist-tiny")
     assert first.keys() == merged.keys() and all(torch.equal(first[k], merged[k]) for k in first)
 
 
 def test_one_group_at_a_time_on_every_core_makes_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
     """The default trains one group per core, one thread each; one group on all cores gives the same weights."""
-    run_build("mnist", "tiny", tmp_path / "serial", progress=False, workers=1, log=quiet)
+    build_zoo("mnist", "tiny", tmp_path / "serial", progress=False, workers=1, log=quiet)
     first, serial = _params(tiny_build, "mnist-tiny"), _params(tmp_path / "serial", "mnist-tiny")
     assert first.keys() == serial.keys() and all(torch.equal(first[k], serial[k]) for k in first)
 
 
 def test_bad_build_input_fails_before_training(tiny_build: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown task 'cifar'"):
-        run_build("cifar", "tiny", tmp_path, log=quiet)
+        build_zoo("cifar", "tiny", tmp_path, log=quiet)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
-        run_build("mnist", "huge", tmp_path, log=quiet)
+        build_zoo("mnist", "huge", tmp_path, log=quiet)
     manifest = json.loads((tiny_build / "mnist-tiny" / "zoo.json").read_text())
     other = tmp_path / "other"
     (other / "mnist-tiny").mkdir(parents=True)
@@ -299,7 +307,7 @@ def test_bad_build_input_fails_before_training(tiny_build: Path, tmp_path: Path)
     manifest["n_params"], manifest["parameters"] = wider.n_params, [p.to_dict() for p in wider.parameters()]
     (other / "mnist-tiny" / "zoo.json").write_text(json.dumps(manifest))
     with pytest.raises(ZooFormatError, match="holds a zoo of another architecture"):
-        run_build("mnist", "tiny", other, log=quiet)
+        build_zoo("mnist", "tiny", other, log=quiet)
     assert json.loads((other / "mnist-tiny" / "zoo.json").read_text()) == manifest
 
 
@@ -308,7 +316,7 @@ def test_ray_build_on_a_local_instance_makes_the_same_zoo(tiny_build: Path, tmp_
     from builders.distributed import ray_executor
 
     try:
-        run_build("mnist", "tiny", tmp_path / "ray", progress=False, log=quiet,
+        build_zoo("mnist", "tiny", tmp_path / "ray", progress=False, log=quiet,
                   executor=ray_executor(num_cpus=2))
     finally:
         ray.shutdown()
@@ -321,12 +329,16 @@ def test_ag_news_text_zoo_from_the_real_test_set(tmp_path: Path) -> None:
     from builders.text import load_ag_news
 
     folder = shared_data("ag_news")
-    data = load_ag_news(folder, max_train=256)
+    with pytest.raises(ZooFormatError, match="no train.csv here, only the test files; pass --carve-from-test"):
+        load_ag_news(folder, max_train=256)
+    data = load_ag_news(folder, max_train=256, carve_from_test=True)
     assert data.embedding.shape == (5_000, 32) and not data.embedding[0].any()
-    assert data.source["files"].startswith("test.csv only") and len(data.test_y) == 1_520
-    again = load_ag_news(folder, max_train=256)
+    assert data.source["carved_from_test"] and len(data.test_y) == 1_520
+    again = load_ag_news(folder, max_train=256, carve_from_test=True)
     assert np.array_equal(again.embedding, data.embedding), "the embedding must be deterministic"
-    manifest = run_build("agnews", "tiny", tmp_path, data_dir=folder, progress=False, log=quiet)
+    manifest = build_zoo("agnews", "tiny", tmp_path, data_dir=folder, carve_from_test=True)
+    assert manifest["task"]["source"]["carved_from_test"]
+    assert "Trained on samples of its data set's test half" in (tmp_path / "README.md").read_text()
     zoo = Zoo.open(tmp_path, "agnews-tiny")
     assert zoo.verify() == [] and zoo.spec.modality == "text" and zoo.spec.num_classes == 4
     assert np.array_equal(zoo.extras()["embedding"]["table"], data.embedding)
@@ -358,19 +370,19 @@ def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
     hub.add_dataset("fancyzhx/ag_news", _hub_dataset(tmp_path / "ag", {
         "train": {"text": texts[:1200], "label": labels[:1200].tolist()},
         "test": {"text": texts[1200:1600], "label": labels[1200:1600].tolist()}}))
-    manifest = run_build("agnews", "tiny", tmp_path / "out", data_dir="hf://datasets/fancyzhx/ag_news",
+    manifest = build_zoo("agnews", "tiny", tmp_path / "out", data_dir="hf://datasets/fancyzhx/ag_news",
                          progress=False, log=quiet)
     assert manifest["task"]["source"]["from"] == "hf://datasets/fancyzhx/ag_news"
     assert Zoo.open(tmp_path / "out", "agnews-tiny").verify() == []
 
-    digits = load_idx_folder(shared_data("mnist"), "mnist")
+    digits = load_idx_folder(shared_data("mnist"), "mnist", carve_from_test=True)
     pixels = np.clip(np.rint((digits.train_x[:, 0] * 0.5 + 0.5) * 255), 0, 255).astype(np.uint8)
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
     hub.add_dataset("ylecun/mnist", _hub_dataset(tmp_path / "mnist", {
         "train": {"image": [Image.fromarray(p) for p in pixels[:600]], "label": digits.train_y[:600].tolist()},
         "test": {"image": [Image.fromarray(p) for p in pixels[600:800]], "label": digits.train_y[600:800].tolist()}},
         features))
-    data = load_task_data("mnist", "hf://datasets/ylecun/mnist", PRESETS["tiny"])
+    data = load_task_data(get_task("mnist"), "hf://datasets/ylecun/mnist", PRESETS["tiny"])
     assert data.source["from"] == "hf://datasets/ylecun/mnist" and len(data.test_y) == 200
     assert np.allclose(data.test_x[:, 0], digits.train_x[600:800, 0], atol=1e-6), "pixels survive the round trip"
     assert len(data.validation_y) == 60 and len(data.train_y) == 256, "10% held out, the rest capped by `tiny`"
@@ -378,7 +390,7 @@ def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
     hub.add_dataset("someone/not-mnist", _hub_dataset(tmp_path / "bad", {
         "train": {"text": ["a"], "label": [0]}, "test": {"text": ["b"], "label": [1]}}))
     with pytest.raises(ZooFormatError, match="hf://datasets/someone/not-mnist: needs a 'train' split with columns"):
-        load_task_data("mnist", "hf://datasets/someone/not-mnist", PRESETS["tiny"])
+        load_task_data(get_task("mnist"), "hf://datasets/someone/not-mnist", PRESETS["tiny"])
 
 
 def test_ag_news_with_a_users_word2vec_file(tmp_path: Path) -> None:
@@ -396,21 +408,21 @@ def test_ag_news_with_a_users_word2vec_file(tmp_path: Path) -> None:
     vector_file = tmp_path / "vectors.txt"
     vector_file.write_text(f"{len(words)} 50\n" + "".join(f"{w} {' '.join(f'{v:.5f}' for v in row)}\n"
                                                           for w, row in zip(words, vectors)))
-    data = load_ag_news(folder, max_train=256, word2vec=vector_file)
+    data = load_ag_news(folder, max_train=256, word2vec=vector_file, carve_from_test=True)
     assert data.embedding.shape == (5_000, 32) and data.source["embedding"] == f"word2vec file {vector_file}"
     assert 300 < int((np.abs(data.embedding).sum(1) > 0).sum()) <= 400, "rows for the file's words, zero elsewhere"
-    corpus_built = load_ag_news(folder, max_train=256)
+    corpus_built = load_ag_news(folder, max_train=256, carve_from_test=True)
     assert data.source["sha256"] != corpus_built.source["sha256"]
     assert main(["build", "--task", "agnews", "--preset", "tiny", "--out", str(tmp_path / "zoo"), "--data-dir",
-                 str(folder), "--word2vec", str(vector_file), "--no-progress"]) == 0
+                 str(folder), "--carve-from-test", "--word2vec", str(vector_file), "--no-progress"]) == 0
     zoo = Zoo.open(tmp_path / "zoo", "agnews-tiny")
     assert np.array_equal(zoo.extras()["embedding"]["table"], data.embedding)
     assert zoo.manifest["task"]["source"]["embedding"].startswith("word2vec file")
     (tmp_path / "ragged.txt").write_text("".join(f"{w} 1.0 2.0\n" for w in words[:40]) + f"{words[40]} 1.0\n")
     with pytest.raises(ZooFormatError, match="ragged.txt: vectors of different lengths"):
-        load_ag_news(folder, max_train=256, word2vec=tmp_path / "ragged.txt")
+        load_ag_news(folder, max_train=256, word2vec=tmp_path / "ragged.txt", carve_from_test=True)
     with pytest.raises(ValueError, match="--word2vec is for text tasks, not .mnist."):
-        load_task_data("mnist", None, PRESETS["tiny"], word2vec=vector_file)
+        load_task_data(get_task("mnist"), None, PRESETS["tiny"], word2vec=vector_file)
 
 
 def test_ag_news_csv_errors_name_the_line(tmp_path: Path) -> None:

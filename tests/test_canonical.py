@@ -9,7 +9,7 @@ from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_sp
 from small_transformer_zoo.weights.canonical import canonicalize, canonicalize_params
 from small_transformer_zoo.weights.symmetry import sample_group_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights
-from tests.test_symmetry import TEXT, _inputs, _transformed, briefly_trained
+from tests.helpers import TEXT, briefly_trained, random_inputs, transformed_copy
 
 SPECS = [mnist_spec(), TEXT]
 
@@ -52,6 +52,6 @@ def test_the_canonical_checkpoint_computes_the_same_logits(spec: ArchitectureSpe
     state = model.state_dict()
     canonical = canonicalize(TransformerWeights.from_state_dict(state, spec)).state_dict(0)
     assert max((canonical[k] - v).abs().max().item() for k, v in state.items()) > 1e-3
-    x = _inputs(spec, 16, torch.Generator().manual_seed(5))
+    x = random_inputs(spec, 16, torch.Generator().manual_seed(5))
     with torch.no_grad():
-        assert torch.allclose(_transformed(model, canonical)(x), model(x), atol=1e-10, rtol=0)
+        assert torch.allclose(transformed_copy(model, canonical)(x), model(x), atol=1e-10, rtol=0)

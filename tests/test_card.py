@@ -8,7 +8,7 @@ from small_transformer_zoo import Zoo
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.store.card import GENERATED_MARK, render_card
 from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
-from tests.test_format import metadata_file
+from tests.helpers import metadata_file
 
 
 def _front_matter(text: str) -> dict:

@@ -22,7 +22,7 @@ from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.store.snapshot import manifest_files
 from small_transformer_zoo.format.splits import assign_split
 from small_transformer_zoo.testing import HubServer
-from tests.test_format import metadata_file, rewrite_metadata, shard_file
+from tests.helpers import metadata_file, rewrite_metadata, shard_file
 
 
 

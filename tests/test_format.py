@@ -1,4 +1,3 @@
-import hashlib
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ from safetensors import safe_open
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset, mnist_spec
 from small_transformer_zoo.format.metadata import COLUMNS
 from small_transformer_zoo.weights.model import ZooTransformer
+from tests.helpers import metadata_file, rewrite_metadata
 
 
 def _write_models(root: Path, runs: int = 8, shard_size: int = 3) -> dict[str, dict[str, torch.Tensor]]:
@@ -188,30 +188,6 @@ def test_other_format_version(zoo_copy: Path) -> None:
     with pytest.raises(ZooFormatError, match="zoo.json: field 'format_version' is 2; this package reads format "
                                              "version 1"):
         Zoo.open(zoo_copy, "syn")
-
-
-def metadata_file(config_dir: Path, split: str) -> Path:
-    """The metadata file of a split, as the manifest names it (data file names carry a content hash)."""
-    manifest = json.loads((config_dir / "zoo.json").read_text())
-    return config_dir / manifest["metadata"][split]["path"]
-
-
-def shard_file(config_dir: Path, split: str, index: int = 0) -> Path:
-    """The `index`-th weight shard of a split, as the manifest names it."""
-    manifest = json.loads((config_dir / "zoo.json").read_text())
-    return config_dir / [s for s in manifest["shards"] if s["split"] == split][index]["path"]
-
-
-def rewrite_metadata(config_dir: Path, split: str, table: pa.Table) -> None:
-    """Replace a split's metadata and give the manifest its new size and sha256, as a tool that writes a
-    consistent but wrong zoo would."""
-    path = metadata_file(config_dir, split)
-    pq.write_table(table, path)
-    manifest = json.loads((config_dir / "zoo.json").read_text())
-    info = manifest["metadata"][split]
-    info["bytes"], info["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
-    info["rows"] = table.num_rows
-    (config_dir / "zoo.json").write_text(json.dumps(manifest))
 
 
 def test_metadata_row_past_the_shard_end(zoo_copy: Path) -> None:

@@ -202,4 +202,4 @@ def test_results_are_strict_json_and_names_are_escaped(tmp_path: Path) -> None:
     entry = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))["entries"][0]
     assert entry["metrics"]["r2"] is None and entry["metrics"]["tau@0.8"] is None
     row = next(line for line in render_leaderboard(load_leaderboard(board)).splitlines() if line.startswith("| 1 "))
-    assert "a\\|b \\<img src=x\\> \\[link\\]\\(http://x\\)" in row and row.count(" | ") == 8
+    assert "a\\|b \\<img src=x\\> \\[link\\]\\(http://x\\)" in row and row.count(" | ") == 9  # the last cell is the run count

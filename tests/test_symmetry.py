@@ -5,52 +5,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec, text_spec
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import ZooTransformer
 from small_transformer_zoo.weights.symmetry import random_invertible, sample_group_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights
-
-TEXT = text_spec(vocab_size=40, max_length=10)
-
-
-def _inputs(spec: ArchitectureSpec, count: int, generator: torch.Generator) -> torch.Tensor:
-    if spec.modality == "vision":
-        return torch.randn(count, 1, 28, 28, generator=generator, dtype=torch.float64)
-    ids = torch.randint(1, spec.vocab_size, (count, spec.max_length), generator=generator)
-    ids[: count // 2, 6:] = 0  # some padded texts
-    return ids
-
-
-def briefly_trained(spec: ArchitectureSpec, seed: int = 0, steps: int = 30) -> ZooTransformer:
-    """A zoo model trained a few Adam steps in float64 (weights away from their initialisation)."""
-    generator = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = ZooTransformer(spec, dropout=0.1).double()
-    if spec.modality == "text":
-        model.embedding.table.copy_(torch.randn(spec.vocab_size, spec.d_model, generator=generator))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(steps):
-        x = _inputs(spec, 32, generator)
-        y = torch.randint(0, spec.num_classes, (32,), generator=generator)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
-
-
-def _transformed(model: ZooTransformer, state: dict) -> ZooTransformer:
-    other = ZooTransformer(model.spec).double().eval()
-    other.load_state_dict(state)
-    if model.spec.modality == "text":
-        other.embedding.table.copy_(model.embedding.table)
-    return other
-
+from tests.helpers import TEXT, briefly_trained, build_zoo, random_inputs, transformed_copy
 
 @pytest.mark.parametrize("spec", [mnist_spec(), TEXT], ids=["vision", "text"])
 def test_group_action_keeps_the_logits(spec: ArchitectureSpec) -> None:
     model = briefly_trained(spec)
-    x = _inputs(spec, 16, torch.Generator().manual_seed(99))
+    x = random_inputs(spec, 16, torch.Generator().manual_seed(99))
     with torch.no_grad():
         reference = model(x)
         for seed in range(3):
@@ -58,7 +22,7 @@ def test_group_action_keeps_the_logits(spec: ArchitectureSpec) -> None:
             state = g.act_on_state_dict(model.state_dict(), spec)
             moved = max((state[k] - v).abs().max().item() for k, v in model.state_dict().items())
             assert moved > 1e-3, "the group element must actually change the weights"
-            logits = _transformed(model, state)(x)
+            logits = transformed_copy(model, state)(x)
             assert (logits - reference).abs().max().item() <= 1e-9
 
 
@@ -66,13 +30,13 @@ def test_group_action_keeps_the_logits(spec: ArchitectureSpec) -> None:
 def test_a_transformation_outside_the_group_changes_the_logits(spec: ArchitectureSpec) -> None:
     """Permuting the block input dimension (rows of W_q, W_k, W_v) is not a symmetry: logits move."""
     model = briefly_trained(spec)
-    x = _inputs(spec, 16, torch.Generator().manual_seed(5))
+    x = random_inputs(spec, 16, torch.Generator().manual_seed(5))
     perm = torch.randperm(spec.d_model, generator=torch.Generator().manual_seed(1))
     weights = TransformerWeights.from_state_dict(model.state_dict(), spec)
     block = weights.blocks[0]
     block.W_q, block.W_k, block.W_v = (t.index_select(-2, perm) for t in (block.W_q, block.W_k, block.W_v))
     with torch.no_grad():
-        difference = (_transformed(model, weights.state_dict(0))(x) - model(x)).abs().max().item()
+        difference = (transformed_copy(model, weights.state_dict(0))(x) - model(x)).abs().max().item()
     assert difference > 1e-3
 
 
@@ -102,18 +66,17 @@ def test_group_acts_on_multi_channel_batches() -> None:
 
 def test_group_action_keeps_the_logits_of_tiny_zoo_checkpoints(tmp_path) -> None:
     """The same check on checkpoints that the builders trained (the `tiny` MNIST zoo), in float64."""
-    from builders.build import run_build
     from small_transformer_zoo import Zoo
 
-    run_build("mnist", "tiny", tmp_path, progress=False, log=lambda *_: None)
+    build_zoo("mnist", "tiny", tmp_path, progress=False, log=lambda *_: None)
     zoo = Zoo.open(tmp_path, "mnist-tiny")
     weights, rows = zoo.weight_space("train", best_only=True)
-    x = _inputs(zoo.spec, 8, torch.Generator().manual_seed(4))
+    x = random_inputs(zoo.spec, 8, torch.Generator().manual_seed(4))
     weights = weights.to(torch.float64)
     for index in range(min(3, weights.batch_size)):
         model = ZooTransformer(zoo.spec).double().eval()
         model.load_state_dict(weights.state_dict(index))
         g = sample_group_element(zoo.spec, torch.Generator().manual_seed(index), condition_number=10.0)
         with torch.no_grad():
-            moved = _transformed(model, g.act_on_state_dict(model.state_dict(), zoo.spec))(x)
+            moved = transformed_copy(model, g.act_on_state_dict(model.state_dict(), zoo.spec))(x)
             assert (moved - model(x)).abs().max().item() <= 1e-9

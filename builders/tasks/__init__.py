@@ -25,11 +25,13 @@ from ..data import TaskData
 @dataclass(frozen=True)
 class DataRequest:
     """What a build asks of a task's loader: where the data is (None: the task's default source), how many training
-    samples at most, and task-specific options (`word2vec` for text)."""
+    samples at most, task-specific options (`word2vec` for text), and whether a source without training files may
+    have its test files carved into train and test (never silently: a zoo trained on test samples must say so)."""
 
     data_dir: str | Path | None
     max_train_samples: int | None
     options: dict[str, Any] = field(default_factory=dict)
+    carve_from_test: bool = False
 
 
 @dataclass(frozen=True)

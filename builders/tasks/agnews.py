@@ -12,7 +12,7 @@ def load(request: DataRequest) -> TaskData:
     from ..text import load_ag_news
 
     return load_ag_news(request.data_dir, max_train=request.max_train_samples,
-                        word2vec=request.options.get("word2vec"))
+                        word2vec=request.options.get("word2vec"), carve_from_test=request.carve_from_test)
 
 
 def spec(data: TaskData) -> ArchitectureSpec:

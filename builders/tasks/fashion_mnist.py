@@ -18,7 +18,7 @@ def load(request: DataRequest) -> TaskData:
     if not folder.is_dir():
         raise ZooFormatError(folder, "no Fashion-MNIST here: `apt-get install dataset-fashion-mnist` installs it "
                                      "there, or pass --data-dir")
-    return load_idx_folder(folder, "fashion_mnist")
+    return load_idx_folder(folder, "fashion_mnist", request.carve_from_test)
 
 
 TASK = register_task(Task(

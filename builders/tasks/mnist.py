@@ -11,7 +11,7 @@ def load(request: DataRequest) -> TaskData:
     if repo is not None:
         return load_hub_images(repo, "mnist")
     if request.data_dir:
-        return load_idx_folder(request.data_dir, "mnist")
+        return load_idx_folder(request.data_dir, "mnist", request.carve_from_test)
     return load_embedded_mnist()
 
 

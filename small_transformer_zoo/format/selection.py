@@ -174,3 +174,51 @@ def select_rows(table: pa.Table, selection: Selection, withheld: Iterable[str] =
                     seen.add(digest)
         indices = indices[keep]
     return indices
+
+
+def parse_where(items: Iterable[str]) -> dict[str, Any]:
+    """`where` from `COLUMN=VALUE` texts, as the command line writes them: `optimizer=adam`, `epoch=1,6,12`
+    (membership), `learning_rate=1e-4..1e-3` (inclusive range; `0.5..` and `..0.5` leave an end open),
+    `train_loss=null`; each value read as its column's type."""
+    out: dict[str, Any] = {}
+    for item in items:
+        column, sep, text = item.partition("=")
+        column = column.strip()
+        if not sep or not column:
+            raise ValueError(f"where: {item!r} is not COLUMN=VALUE")
+        if column not in COLUMNS:
+            raise ValueError(f"where: unknown column {column!r}; metadata columns are {list(COLUMNS)}")
+        if column in out:
+            raise ValueError(f"where: column {column!r} is given twice")
+        text = text.strip()
+        if text == "null":
+            out[column] = None
+        elif ".." in text:
+            low, _, high = text.partition("..")
+            out[column] = tuple(None if not part.strip() else _parse_value(column, part) for part in (low, high))
+        elif "," in text:
+            out[column] = [_parse_value(column, part) for part in text.split(",")]
+        else:
+            out[column] = _parse_value(column, text)
+    normalise_where(out)
+    return out
+
+
+def _parse_value(column: str, text: str) -> Any:
+    text, kind = text.strip(), _kind(column)
+    try:
+        if kind == "integer":
+            return int(text)
+        if kind == "number":
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+    except ValueError:
+        raise ValueError(f"where[{column!r}]: {text!r} is not {'an' if kind == 'integer' else 'a'} {kind}; column "
+                         f"{column!r} holds {kind}s ({METADATA_SCHEMA.field(column).type})") from None
+    if kind == "boolean":
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"where[{column!r}]: {text!r} is not true or false")
+        return text.lower() == "true"
+    return text

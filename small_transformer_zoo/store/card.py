@@ -48,13 +48,15 @@ def config_table(zoos: list[Zoo]) -> str:
     """One row per config (`Zoo`) with its real counts and accuracy statistics."""
     lines = ["| config | task | parameters | runs | checkpoints | train / validation / test | diverged | "
              "test accuracy min / median / max |", "|---|---|---|---|---|---|---|---|"]
-    withheld, tasks = [], {}
+    withheld, tasks, carved = [], {}, []
     for zoo in zoos:
         config = zoo.config
         withheld += [f"`{config}` {split}" for split in zoo.splits if zoo.withheld(split)]
         task = zoo.manifest.get("task")
         if isinstance(task, dict) and isinstance(task.get("description"), str):
             tasks.setdefault(str(task.get("name", "?")), task["description"])
+        if isinstance(task, dict) and isinstance(task.get("source"), dict) and task["source"].get("carved_from_test"):
+            carved.append(config)
         summary = zoo.summary()
         splits = summary["splits"]
         accuracy = [v for s in splits.values() for v in (s["test_accuracy"]["min"], s["test_accuracy"]["max"])
@@ -69,6 +71,10 @@ def config_table(zoos: list[Zoo]) -> str:
                      + f" | {sum(s['diverged'] for s in splits.values()):,} | {stats} |")
     if tasks:
         lines += [""] + [f"- `{name}`: {' '.join(text.split())}" for name, text in sorted(tasks.items())]
+    if carved:
+        lines += ["", f"Trained on samples of its data set's test half: {', '.join(f'`{c}`' for c in carved)} (the data "
+                      f"had no training files and its test files were carved 80/20 into train and test on purpose, "
+                      f"`--carve-from-test`); its accuracies are measured on the other fifth of the test files."]
     if withheld:
         lines += ["", f"Labels withheld (this is a leaderboard's public copy): the accuracies and losses of "
                       f"{', '.join(withheld)} are null; submissions are scored by the leaderboard's maintainers."]

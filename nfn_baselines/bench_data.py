@@ -1,0 +1,200 @@
+"""The data a benchmark trains and scores on: a zoo's splits after one selection, one protocol, one target.
+
+The protocols are those of `protocols`.
+
+Rows are chosen by the package's one selection rule (`Zoo.select`: diverged checkpoints and repeated weights are
+left out unless asked for), so the benchmark scores the checkpoints every other read path returns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from small_transformer_zoo import Zoo, as_zoo
+from small_transformer_zoo.errors import DataError
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.format.splits import SPLIT_NAMES, assign_split
+from small_transformer_zoo.weights.canonical import canonicalize_params
+from small_transformer_zoo.weights.standardize import WeightStats
+from small_transformer_zoo.weights.weight_space import TransformerWeights
+
+from .protocols import PAPER_EPOCH_SHARE, PROTOCOLS
+from .targets import Target, get_target
+
+PREPROCESSING = ("none", "standardize", "canonical", "both")
+
+
+@dataclass
+class SplitData:
+    """One split's selected checkpoints: packed weights, the target, test accuracy (for thresholds), run ids and
+    metadata rows, all in the same order."""
+
+    params: torch.Tensor
+    target: np.ndarray
+    accuracy: np.ndarray
+    runs: np.ndarray
+    metadata: pa.Table
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+    def subset(self, mask: np.ndarray) -> "SplitData":
+        index = np.nonzero(mask)[0]
+        return SplitData(self.params[torch.from_numpy(index)], self.target[index], self.accuracy[index],
+                         self.runs[index], self.metadata.take(pa.array(index)))
+
+    @property
+    def run_count(self) -> int:
+        return len(set(self.runs.tolist()))
+
+
+@dataclass
+class Condition:
+    """One training set-up of a benchmark: the splits a model trains, selects and is tested on, and the accuracy
+    threshold they were filtered at (`paper` protocol; None: no filter)."""
+
+    name: str
+    splits: dict[str, SplitData]
+    threshold: float | None = None
+
+
+@dataclass
+class BenchData:
+    spec: ArchitectureSpec
+    splits: dict[str, SplitData]
+    target: Target
+    protocol: str = "all-checkpoints"
+    epoch: int | None = None
+    preprocess: str = "none"
+    stats: WeightStats | None = None
+    where: dict[str, Any] = field(default_factory=dict)
+    split_salt: str | None = None
+
+    @property
+    def test_ids(self) -> list[str]:
+        return self.splits["test"].metadata.column("checkpoint_id").to_pylist()
+
+    def conditions(self, thresholds: Sequence[float]) -> list[Condition]:
+        """`all-checkpoints`: one condition; `paper`: one on everything and one per threshold, each split
+        filtered to the checkpoints whose test accuracy reaches the threshold."""
+        everything = Condition("all", self.splits)
+        if self.protocol != "paper":
+            return [everything]
+        return [everything] + [Condition(f">={t:g}", {k: s.subset(s.accuracy >= t) for k, s in self.splits.items()},
+                                         t) for t in thresholds]
+
+    def describe(self) -> dict[str, Any]:
+        """What the data is, for the results JSON."""
+        return {"target": self.target.name, "protocol": self.protocol, "epoch": self.epoch,
+                "preprocess": self.preprocess, "where": {k: _jsonable(v) for k, v in self.where.items()},
+                "split_salt": self.split_salt, "weight_stats": self.stats.to_dict() if self.stats else None,
+                "splits": {k: {"runs": s.run_count, "checkpoints": len(s)} for k, s in self.splits.items()}}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value, key=repr) if not isinstance(value, tuple) else list(value)
+    return value
+
+
+def paper_epoch(zoo: Zoo) -> int:
+    """The epoch that plays the role of the paper's 75 of 100: three quarters of a built zoo's training (an epoch
+    its checkpoints include), 75 for an imported release."""
+    plan = (zoo.manifest.get("provenance") or {}).get("build_plan")
+    stored = [e for e in zoo.manifest.get("checkpoint_epochs") or [] if isinstance(e, int)]
+    if isinstance(plan, dict) and isinstance(plan.get("epochs"), int):
+        epoch = max(1, round(plan["epochs"] * PAPER_EPOCH_SHARE))
+    elif 75 in stored:
+        epoch = 75
+    else:
+        raise DataError(f"{zoo.dir}: neither a built zoo nor one with epoch-75 checkpoints; choose the epoch of the "
+                        f"paper protocol with --epoch (stored epochs: {stored})")
+    if stored and epoch not in stored:
+        raise DataError(f"{zoo.dir}: the paper protocol's epoch {epoch} is not among the stored epochs {stored}; "
+                        f"choose one with --epoch")
+    return epoch
+
+
+def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None, preprocess: str = "none", *,
+                    target: str = "test_accuracy", protocol: str = "all-checkpoints", epoch: int | None = None,
+                    where: Mapping[str, Any] | None = None, split_salt: str | None = None,
+                    train_runs: float = 1.0, train_runs_seed: int = 0) -> BenchData:
+    """Weights, target and test accuracy per split, selected by `where` (`Zoo.select`) and the protocol.
+
+    `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
+    training split (pooled as `small_transformer_zoo.weights.standardize` says), "both" does the first, then the
+    second; every model sees the same preprocessed weights. `split_salt`: the runs are split again by this salt
+    (the zoo's own fractions) instead of the zoo's own split. `train_runs`: the share of training runs kept (a
+    seeded draw of whole runs), for learning curves."""
+    if preprocess not in PREPROCESSING:
+        raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose from {list(PROTOCOLS)}")
+    if not 0 < train_runs <= 1:
+        raise ValueError(f"train_runs must be a share in (0, 1], got {train_runs}")
+    chosen = get_target(target)
+    zoo = as_zoo(zoo, config)
+    selection = dict(where or {})
+    if protocol == "paper":
+        epoch = paper_epoch(zoo) if epoch is None else epoch
+        if "epoch" in selection:
+            raise ValueError("the paper protocol selects the epoch itself (--epoch); leave 'epoch' out of where")
+        selection |= {"epoch": epoch, "is_best": False}
+    elif epoch is not None:
+        raise ValueError("--epoch belongs to the paper protocol (--protocol paper); select epochs with --where")
+    splits = {name: _read_split(zoo, name, selection, chosen) for name in SPLIT_NAMES}
+    if split_salt is not None:
+        splits = _resplit(splits, zoo.manifest["splits"]["fractions"], split_salt)
+    if train_runs < 1:
+        splits["train"] = _keep_runs(splits["train"], train_runs, train_runs_seed)
+    for name, split in splits.items():
+        if split.run_count < 2:
+            raise DataError(f"{zoo.dir}: split {name!r} has {len(split)} usable checkpoints of {split.run_count} "
+                            f"runs after the selection; the benchmark needs at least 2 runs in every split")
+    stats = None
+    if preprocess in ("canonical", "both"):
+        splits = {k: replace(s, params=canonicalize_params(s.params, zoo.spec)) for k, s in splits.items()}
+    if preprocess in ("standardize", "both"):
+        stats = WeightStats.of(TransformerWeights.from_params(splits["train"].params, zoo.spec))
+        splits = {k: replace(s, params=stats.apply(TransformerWeights.from_params(s.params, zoo.spec)).to_params()
+                             .to(s.params.dtype)) for k, s in splits.items()}
+    return BenchData(zoo.spec, splits, chosen, protocol, epoch, preprocess, stats, selection, split_salt)
+
+
+def _read_split(zoo: Zoo, split: str, where: Mapping[str, Any], target: Target) -> SplitData:
+    weights = zoo.split_weights(split)
+    keep = zoo.select(split, where=where)
+    rows = weights.metadata.take(pa.array(keep))
+    values = target.values(rows, f"{zoo.dir}/{split}") if len(keep) else np.zeros(0)
+    accuracy = weights.labels()[torch.from_numpy(keep)].numpy().astype(np.float64) \
+        if "test_accuracy" not in zoo.withheld(split) else np.full(len(keep), math.nan)
+    return SplitData(weights.rows(keep), values, accuracy, np.asarray(rows.column("run_id").to_pylist(), dtype=object),
+                     rows)
+
+
+def _concat(parts: list[SplitData]) -> SplitData:
+    return SplitData(torch.cat([p.params for p in parts]), np.concatenate([p.target for p in parts]),
+                     np.concatenate([p.accuracy for p in parts]), np.concatenate([p.runs for p in parts]),
+                     pa.concat_tables([p.metadata for p in parts]))
+
+
+def _resplit(splits: dict[str, SplitData], fractions: Mapping[str, float], salt: str) -> dict[str, SplitData]:
+    """The checkpoints of all splits split again, by run, with the zoo's fractions and another salt."""
+    pooled = _concat(list(splits.values()))
+    assigned = np.asarray([assign_split(run, fractions, salt) for run in pooled.runs.tolist()], dtype=object)
+    return {name: pooled.subset(assigned == name) for name in SPLIT_NAMES}
+
+
+def _keep_runs(split: SplitData, share: float, seed: int) -> SplitData:
+    """A seeded draw of `share` of the split's runs, every checkpoint of a kept run kept."""
+    runs = sorted(set(split.runs.tolist()))
+    kept = set(np.random.default_rng(seed).permutation(runs)[: max(2, round(share * len(runs)))].tolist())
+    return split.subset(np.asarray([r in kept for r in split.runs.tolist()]))

@@ -1,0 +1,158 @@
+"""`stz bench` as a library call: load the data, train and score every model, repeat on other run splits if asked,
+and write the tables, the JSON, the plots and each model's first-seed submission."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json
+
+from .bench_data import load_bench_data
+from .benchmark import BenchResult, model_specs, run_benchmark
+from .metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
+from .leaderboard import write_submission
+from .report import Report, plot_predictions, render_markdown, report_json, score
+
+
+@dataclass
+class BenchRequest:
+    """Everything one `stz bench` run is asked (the command line's flags)."""
+
+    models: list[str] | None = None
+    ablation: str | None = None
+    seeds: int = 5
+    epochs: int = 30
+    preprocess: str = "none"
+    protocol: str = "all-checkpoints"
+    epoch: int | None = None
+    where: dict[str, Any] = field(default_factory=dict)
+    target: str = "test_accuracy"
+    tune: bool = False
+    resplit: int = 0
+    train_runs: float = 1.0
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    device: str = "cpu"
+    jobs: int = 1
+    resamples: int = BOOTSTRAP_RESAMPLES
+    bootstrap_seed: int = BOOTSTRAP_SEED
+    settings: dict[str, Any] = field(default_factory=dict)  # head_dropout, weight_decay, patience overrides
+
+    def stem(self, config: str) -> str:
+        """The results' file name: the config, then what differs from the default run."""
+        parts = [config, "bench"]
+        parts += [self.protocol] if self.protocol != "all-checkpoints" else []
+        parts += [self.target] if self.target != "test_accuracy" else []
+        parts += ["tuned"] if self.tune else []
+        parts += [f"train{self.train_runs:g}"] if self.train_runs < 1 else []
+        return "-".join(parts)
+
+
+@dataclass
+class BenchOutcome:
+    result: BenchResult
+    report: Report
+    markdown: str
+    paths: dict[str, Path]
+    seconds: float
+
+
+def _load(zoo: Zoo, request: BenchRequest, split_salt: str | None = None) -> Any:
+    return load_bench_data(zoo, preprocess=request.preprocess, target=request.target, protocol=request.protocol,
+                           epoch=request.epoch, where=request.where, split_salt=split_salt,
+                           train_runs=request.train_runs)
+
+
+def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
+              on_done: Callable[[str, str, int], None] | None = None) -> BenchOutcome:
+    """Run the benchmark on `zoo` and write its results under `out`."""
+    started = time.perf_counter()
+    models = model_specs(request.models, request.ablation)
+    seeds = list(range(request.seeds))
+
+    def bench(split_salt: str | None) -> BenchResult:
+        return run_benchmark(_load(zoo, request, split_salt), models, seeds, request.epochs, request.thresholds,
+                             on_done, request.device, request.jobs, request.tune, request.settings)
+
+    result = bench(None)
+    report = score(result, request.thresholds, request.resamples, request.bootstrap_seed)
+    markdown = render_markdown(report, result, zoo.config)
+    document = {"zoo": str(zoo.dir), "config": zoo.config, "request": _request_json(request),
+                **report_json(report, result)}
+    if request.tune:
+        untuned = score(result, request.thresholds, request.resamples, request.bootstrap_seed, tuned=False)
+        markdown += "\nThe same models untuned (the default trial of the search):\n\n" + \
+            render_markdown(untuned, result, zoo.config)
+        document["untuned"] = report_json(untuned, result)
+    if request.resplit:
+        splits = [report] + [score(bench(f"resplit-{k}"), request.thresholds, request.resamples,
+                                   request.bootstrap_seed) for k in range(1, request.resplit + 1)]
+        spread = split_spread(splits)
+        markdown += "\n" + render_spread(spread, report.main, request.resplit, len(seeds))
+        document["resplit"] = {"salts": [None] + [f"resplit-{k}" for k in range(1, request.resplit + 1)],
+                               "models": spread}
+    seconds = time.perf_counter() - started
+    document["seconds"] = seconds
+    stem = request.stem(zoo.config)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md"}
+    atomic_write_json(paths["json"], defined(document))
+    atomic_write_bytes(paths["markdown"], markdown.encode())
+    if result.data.target.kind == "regression":
+        paths["plot"] = plot_predictions(result, report, out / f"{stem}-predicted-vs-true.png", zoo.config)
+    column = result.data.target.submission_column
+    for model in result.models:
+        predicted = first_seed_predictions(result, model)
+        if result.data.target.kind == "classification":
+            predicted = np.asarray(result.data.target.classes, dtype=object)[predicted.astype(int)]
+        paths[f"submission:{model}"] = write_submission(out / "submissions" / f"{stem}-{model}.csv",
+                                                        result.data.test_ids, predicted, column)
+    return BenchOutcome(result, report, markdown, paths, seconds)
+
+
+def _request_json(request: BenchRequest) -> dict[str, Any]:
+    data = {k: v for k, v in vars(request).items()}
+    data["where"] = {k: sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+                     for k, v in request.where.items()}
+    data["thresholds"] = list(request.thresholds)
+    return data
+
+
+def split_spread(reports: list[Report]) -> dict[str, dict[str, float]]:
+    """Per model, the main metric over run splits (the zoo's own first): its mean, its spread over splits, and
+    the mean spread over seeds within a split."""
+    out = {}
+    for model in reports[0].cells:
+        estimates = np.asarray([r.cells[model][r.main].estimate for r in reports], dtype=float)
+        seed_sds = np.asarray([r.cells[model][r.main].seed_sd for r in reports], dtype=float)
+        finite = estimates[np.isfinite(estimates)]
+        out[model] = {"zoo_split": float(estimates[0]),
+                      "mean_over_splits": float(finite.mean()) if finite.size else math.nan,
+                      "sd_over_splits": float(finite.std()) if finite.size > 1 else math.nan,
+                      "mean_sd_over_seeds": float(np.mean(seed_sds[np.isfinite(seed_sds)]))
+                      if np.isfinite(seed_sds).any() else math.nan, "per_split": estimates.tolist()}
+    return out
+
+
+def render_spread(spread: dict[str, dict[str, float]], main: str, resplits: int, seeds: int) -> str:
+    lines = [f"Split noise: {main} on the zoo's own run split and {resplits} others (the same fractions, other "
+             f"salts), {seeds} seed(s) each.", "",
+             "| model | zoo split | mean over splits | sd over splits | sd over seeds (mean) |", "|---|---|---|---|---|"]
+    for model, row in spread.items():
+        lines.append(f"| {model} | {row['zoo_split']:.3f} | {row['mean_over_splits']:.3f} | "
+                     f"{row['sd_over_splits']:.3f} | {row['mean_sd_over_seeds']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def first_seed_predictions(result: BenchResult, model: str) -> np.ndarray:
+    """A model's first-seed predictions of the test split of the zoo's own split (what it submits): the target's
+    values, or the predicted class of a class target."""
+    predicted = result.fits[(model, "all")][0].predictions["test"]
+    return predicted.argmax(-1) if result.data.target.kind == "classification" else predicted

@@ -1,0 +1,76 @@
+"""Reference rows of every benchmark table (`predictors`, kind "floor"): what a prediction needs no weights, or no
+learning, to reach.
+
+- `l2_norm`: the L2 norm of all of a checkpoint's weights, no training; its sign (larger norm, larger target or
+  smaller) is chosen on the training split.
+- `epoch`: the checkpoint's epoch, signed the same way.
+- `hyperparameters`: LightGBM with the paper's tree settings on the run's hyperparameters (optimizer, log learning
+  rate, dropout, init std, log L2, train fraction) and the checkpoint's epoch and best flag; the target's own
+  columns are left out (a model of the learning rate does not see it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .metrics import kendall_tau
+from .targets import OPTIMIZER_CLASSES
+
+if TYPE_CHECKING:
+    from .predictors import FitRequest
+
+HYPERPARAMETER_FEATURES = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction", "epoch",
+                           "is_best")
+
+
+class SignedFeature:
+    """One number per checkpoint, multiplied by the sign that ranks the training split best."""
+
+    def __init__(self, feature: Any, sign: float) -> None:
+        self.feature, self.sign = feature, sign
+
+    def predict(self, split: Any) -> np.ndarray:
+        return self.sign * self.feature(split)
+
+
+def l2_norm(split: Any) -> np.ndarray:
+    return split.params.double().norm(dim=1).numpy()
+
+
+def epoch(split: Any) -> np.ndarray:
+    return split.metadata.column("epoch").to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def hyperparameter_table(split: Any, leave_out: tuple[str, ...]) -> np.ndarray:
+    """[checkpoints, features] of the metadata (NaN where unknown): the optimizer one-hot, learning rate and L2 on
+    a log scale."""
+    table, columns = split.metadata, []
+    for name in (c for c in HYPERPARAMETER_FEATURES if c not in leave_out):
+        values = table.column(name).to_pylist()
+        if name == "optimizer":
+            columns += [[np.nan if v is None else float(v == o) for v in values] for o in OPTIMIZER_CLASSES]
+        elif name in ("learning_rate", "l2"):
+            columns.append([np.nan if v is None or v <= 0 else np.log10(v) for v in values])
+        else:
+            columns.append([np.nan if v is None else float(v) for v in values])
+    return np.asarray(columns, dtype=np.float64).T.reshape(len(split), -1)
+
+
+def fit_floor(name: str, request: FitRequest) -> Any:
+    if name in ("l2_norm", "epoch"):
+        if request.target.kind == "classification":
+            raise ValueError(f"the {name} floor ranks; it does not classify {request.target.name!r}")
+        feature = l2_norm if name == "l2_norm" else epoch
+        tau = kendall_tau(feature(request.train), request.train.target)
+        return SignedFeature(feature, -1.0 if np.isfinite(tau) and tau < 0 else 1.0)
+    if name == "hyperparameters":
+        from .baselines import fit_tree, tree_model
+
+        leave_out = request.target.columns
+        model = tree_model("lightgbm", request.seed, n_jobs=request.n_jobs,
+                           classification=request.target.kind == "classification")
+        return fit_tree(model, "lightgbm", request.train, request.validation,
+                        lambda split: hyperparameter_table(split, leave_out), len(request.target.classes))
+    raise ValueError(f"unknown floor {name!r}")

@@ -1,0 +1,84 @@
+"""The predictors that respect the symmetry: the invariant statistics, the STATNN built on them and the hybrid are
+unchanged by random group elements with badly conditioned matrices (float64, hypothesis), while a transformation
+that is not a symmetry changes them; STATNN's own statistics are not invariant."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nfn_baselines.baselines import FlatPredictor
+from nfn_baselines.invariant_stats import feature_count, invariant_statistics
+from nfn_baselines.model import TransformerNFN
+from nfn_baselines.predictors import PREDICTORS
+from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.weights.symmetry import sample_group_element
+from small_transformer_zoo.weights.weight_space import BlockWeights, TransformerWeights
+
+ZOO = mnist_spec()
+SPECS = st.one_of(
+    st.just(ZOO),
+    st.builds(ArchitectureSpec, modality=st.just("vision"), num_classes=st.just(3), d_model=st.sampled_from([4, 6]),
+              num_heads=st.sampled_from([1, 2, 3]), d_head=st.integers(1, 4), d_mlp=st.sampled_from([3, 5]),
+              num_blocks=st.sampled_from([1, 2]), image_size=st.just(8), patch_size=st.just(4)),
+)
+BADLY_CONDITIONED = 1e3
+
+
+def weights_of(spec: ArchitectureSpec, batch: int, seed: int) -> TransformerWeights:
+    params = torch.randn(batch, spec.n_params, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return TransformerWeights.from_params(params * 0.3, spec)
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+def not_a_symmetry(weights: TransformerWeights, seed: int) -> TransformerWeights:
+    """W_q of every head mapped by an invertible matrix without the inverse on W_k: QK changes, and the function
+    with it (a negative control)."""
+    generator = torch.Generator().manual_seed(seed)
+    blocks = []
+    for block in weights.blocks:
+        d_head = block.W_q.shape[-1]
+        mix = torch.eye(d_head, dtype=block.W_q.dtype) + 0.5 * torch.randn(d_head, d_head, generator=generator,
+                                                                              dtype=block.W_q.dtype)
+        blocks.append(BlockWeights(**{**block.as_dict(), "W_q": block.W_q @ mix}))
+    return TransformerWeights(weights.spec, blocks, dict(weights.embedding), dict(weights.classifier))
+
+
+@settings(max_examples=15, deadline=None)
+@given(spec=SPECS, seed=st.integers(0, 10_000))
+def test_invariant_statistics_are_invariant(spec: ArchitectureSpec, seed: int) -> None:
+    weights = weights_of(spec, 3, seed)
+    g = sample_group_element(spec, torch.Generator().manual_seed(seed + 1), condition_number=BADLY_CONDITIONED)
+    base = invariant_statistics(weights)
+    assert base.shape == (3, feature_count(spec))
+    assert relative(invariant_statistics(g.act(weights)), base) < 1e-8
+    assert relative(invariant_statistics(not_a_symmetry(weights, seed)), base) > 1e-3
+
+
+def test_the_invariant_predictors_are_invariant_and_the_others_are_not() -> None:
+    weights = weights_of(ZOO, 4, 7)
+    g = sample_group_element(ZOO, torch.Generator().manual_seed(8), condition_number=BADLY_CONDITIONED)
+    models = {"statnn_invariant": FlatPredictor(ZOO, "statnn_invariant"), "nfn_hybrid": TransformerNFN(ZOO, statistics=True),
+              "statnn": FlatPredictor(ZOO, "statnn")}
+    for name, model in models.items():
+        torch.manual_seed(0)
+        model = model.double().eval()
+        base = model.forward_logits(weights)
+        moved = relative(model.forward_logits(g.act(weights)), base)
+        control = relative(model.forward_logits(not_a_symmetry(weights, 9)), base)
+        if PREDICTORS[name].invariant:
+            assert moved < 1e-8 and control > 1e-4, (name, moved, control)
+        else:
+            assert moved > 1e-4, (name, moved)
+
+
+def test_heads_enter_only_through_symmetric_pools() -> None:
+    """A head permutation alone changes nothing, though it moves every per-head tensor."""
+    weights = weights_of(ZOO, 2, 11)
+    swapped = TransformerWeights(ZOO, [BlockWeights(**{k: (v.flip(2) if k in ("W_q", "W_k", "W_v", "W_o") else v)
+                                                       for k, v in b.as_dict().items()}) for b in weights.blocks],
+                                 dict(weights.embedding), dict(weights.classifier))
+    assert not torch.equal(swapped.blocks[0].W_q, weights.blocks[0].W_q)
+    assert relative(invariant_statistics(swapped), invariant_statistics(weights)) < 1e-12
