@@ -15,6 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.format.metadata import OPTIMIZERS
 
 
 HASH_MASK = 0xFFFFFFFF
@@ -181,7 +182,7 @@ class VectorizedOptimizer:
     """One optimizer kind for M models: `params` [M, n] is a leaf tensor, `lr` and `l2` are per model."""
 
     def __init__(self, kind: str, params: torch.Tensor, l2: torch.Tensor) -> None:
-        if kind not in ("sgd", "sgd_momentum", "adam", "rmsprop"):
+        if kind not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {kind!r}")
         self.kind, self.params, self.l2 = kind, params, l2.to(params.device, params.dtype)[:, None]
         names = {"sgd": (), "sgd_momentum": ("momentum",), "adam": ("m", "v"), "rmsprop": ("sq",)}[kind]

@@ -358,7 +358,7 @@ def _train_and_assemble(build: Build, executor: Callable[..., Any] | None, progr
     manifest = assemble(build, [parts])
     shutil.rmtree(_build_dir(out, plan.config), ignore_errors=True)
     log(f"wrote {manifest['counts']['checkpoints']:,} checkpoints of {manifest['counts']['runs']:,} runs to "
-        f"{out / plan.config}")
+        f"{out / plan.config}; load_dataset('small-transformer-zoo', '{plan.config}') now reads it")
     return manifest
 
 

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
+from small_transformer_zoo.format.metadata import OPTIMIZERS
+
 PRECISIONS = ("fp32", "bf16")  # bf16: matmuls autocast to bfloat16; weights, optimizer state and checkpoints float32
 PAPER_GRID = {
     "sgd": {

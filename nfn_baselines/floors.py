@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from small_transformer_zoo.format.metadata import HYPERPARAMETERS, OPTIMIZERS
+
 from .metrics import kendall_tau
-from .targets import OPTIMIZER_CLASSES
 
 if TYPE_CHECKING:
     from .predictors import FitRequest
 
-HYPERPARAMETER_FEATURES = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction", "epoch",
-                           "is_best")
+HYPERPARAMETER_FEATURES = (*HYPERPARAMETERS, "epoch", "is_best")
 
 
 class SignedFeature:
@@ -50,7 +50,7 @@ def hyperparameter_table(split: Any, leave_out: tuple[str, ...]) -> np.ndarray:
     for name in (c for c in HYPERPARAMETER_FEATURES if c not in leave_out):
         values = table.column(name).to_pylist()
         if name == "optimizer":
-            columns += [[np.nan if v is None else float(v == o) for v in values] for o in OPTIMIZER_CLASSES]
+            columns += [[np.nan if v is None else float(v == o) for v in values] for o in OPTIMIZERS]
         elif name in ("learning_rate", "l2"):
             columns.append([np.nan if v is None or v <= 0 else np.log10(v) for v in values])
         else:

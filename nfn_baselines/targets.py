@@ -19,8 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from small_transformer_zoo.errors import DataError
-
-OPTIMIZER_CLASSES = ("sgd", "sgd_momentum", "adam", "rmsprop")
+from small_transformer_zoo.format.metadata import OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -77,10 +76,10 @@ def _log_learning_rate(table: pa.Table) -> np.ndarray:
 
 def _optimizer(table: pa.Table) -> np.ndarray:
     names = table.column("optimizer").to_pylist()
-    unknown = sorted(set(names) - set(OPTIMIZER_CLASSES))
+    unknown = sorted(set(names) - set(OPTIMIZERS))
     if unknown:
-        raise DataError(f"optimizer values {unknown[:3]} are not among {list(OPTIMIZER_CLASSES)}")
-    return np.asarray([OPTIMIZER_CLASSES.index(n) for n in names], dtype=np.int64)
+        raise DataError(f"optimizer values {unknown[:3]} are not among {list(OPTIMIZERS)}")
+    return np.asarray([OPTIMIZERS.index(n) for n in names], dtype=np.int64)
 
 
 TARGETS = {t.name: t for t in (
@@ -95,7 +94,7 @@ TARGETS = {t.name: t for t in (
     Target("epoch", "regression", "the epoch after which the checkpoint was saved", ("epoch",), _epoch,
            "mse"),
     Target("optimizer", "classification", "the run's optimizer (one of four classes)", ("optimizer",), _optimizer,
-           "ce", OPTIMIZER_CLASSES),
+           "ce", OPTIMIZERS),
 )}
 
 

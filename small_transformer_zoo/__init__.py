@@ -22,7 +22,7 @@ _EXPORTS = {
     "mnist_spec": "format.architecture", "text_spec": "format.architecture",
     "assign_split": "format.splits",
     "ZooFormatError": "errors", "ZooReplacedError": "errors",
-    "DEFAULT_REPO_ID": "hub.locate", "resolve_zoo": "hub.locate",
+    "DEFAULT_REPO_ID": "store.local_index", "resolve_zoo": "hub.locate",
     "load_dataset": "hub.load", "as_zoo": "hub.load", "open_zoo": "hub.load", "open_zoos": "hub.load",
     "SplitWeights": "store.reader", "WeightSpaceDataset": "store.reader", "Zoo": "store.reader",
     "ZooWriter": "store.writer",
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from .format.architecture import ArchitectureSpec, ParameterInfo, mnist_spec, text_spec
     from .format.splits import assign_split
     from .hub.load import as_zoo, load_dataset, open_zoo, open_zoos
-    from .hub.locate import DEFAULT_REPO_ID, resolve_zoo
+    from .hub.locate import resolve_zoo
+    from .store.local_index import DEFAULT_REPO_ID
     from .store.reader import SplitWeights, WeightSpaceDataset, Zoo
     from .store.writer import ZooWriter
     from .weights.collate import WeightSpaceBatch, WeightSpaceCollator

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -83,16 +84,33 @@ def cmd_import_original(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_register(args: argparse.Namespace) -> int:
+    from .store.local_index import SHORT_NAME
+    from .store.configs import choose_config, list_configs
+    from .store.local_index import register_local_zoo
+    from .store.reader import Zoo
+
+    root = Path(args.root)
+    configs = list_configs(root)
+    chosen = [choose_config(configs, args.config, root)] if args.config or len(configs) <= 1 else configs
+    for config in chosen:
+        with Zoo.open(root, config):  # a zoo that opens, not any folder
+            before = register_local_zoo(config, root)
+        change = f" (it meant {before / config} before)" if before else ""
+        print(f"load_dataset({SHORT_NAME!r}, {config!r}) now reads {root.resolve() / config}{change}")
+    return 0
+
+
 def cmd_card(args: argparse.Namespace) -> int:
     from .store.card import render_card, write_root_card
     from .store.configs import list_configs
 
     if args.print:
-        print(render_card(args.root))
+        print(render_card(args.root, args.repo))
         return 0
     if not list_configs(args.root):
         raise ZooFormatError(args.root, "holds no zoo config (no <config>/zoo.json)")
-    write_root_card(args.root)
+    write_root_card(args.root, args.repo)
     print(f"wrote {Path(args.root) / 'README.md'}")
     return 0
 
@@ -171,9 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_zoo_argument(verify)
     verify.set_defaults(func=cmd_verify)
 
+    register = sub.add_parser("register", help="let the short name small-transformer-zoo find this root's configs "
+                                               "offline (a zoo copied or moved here; builds register themselves)")
+    register.add_argument("root", help="local zoo root folder")
+    register.add_argument("--config", help="register only this config (default: every config of the root)")
+    register.set_defaults(func=cmd_register)
+
     card = sub.add_parser("card", help="render the Hub dataset card (README.md) of a zoo root")
     card.add_argument("root", help="local zoo root folder")
     card.add_argument("--print", action="store_true", help="print the card instead of writing README.md")
+    card.add_argument("--repo", help="the Hub repo its examples load from (default: $STZ_REPO_ID or the default "
+                                     "repo; `stz push` fills in the repo it pushes to)")
     card.set_defaults(func=cmd_card)
 
     push = sub.add_parser("push", help="upload a verified zoo root, card included, to a Hub dataset repo")
@@ -232,8 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(command: str, problem: object, code: int) -> int:
-    """One line on stderr, however long or multi-line the message."""
-    print(f"stz {command}: error: {' '.join(str(problem).split())}", file=sys.stderr)
+    """One line on stderr, however long or multi-line the message; the library's "argument `name`" is shown as
+    the command's flag `--name`."""
+    text = re.sub(r"argument `(\w+)`", lambda m: "--" + m.group(1).replace("_", "-"), " ".join(str(problem).split()))
+    print(f"stz {command}: error: {text}", file=sys.stderr)
     return code
 
 

@@ -19,11 +19,11 @@ from nfn_baselines.report import render_markdown, score
 from small_transformer_zoo import ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.errors import DataError
+from small_transformer_zoo.format.metadata import OPTIMIZERS
 from small_transformer_zoo.weights.symmetry import sample_group_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 SPEC = mnist_spec()
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,10 @@ def test_stz_card_rewrites_but_never_clobbers_a_users_readme(tmp_path: Path) -> 
     assert (tmp_path / "README.md").read_text() == "# my own notes\n"
 
 
-def test_the_cards_recipe_reads_a_checkpoint_with_hub_and_safetensors_only(hub, zoo_copy: Path) -> None:
-    """The card's ten-line recipe, run as it is printed (repo and config filled in) in a fresh interpreter that has
-    no package of ours imported, gives the zoo's own first checkpoint."""
+def test_the_cards_recipe_reads_one_checkpoint_by_range_requests(hub, zoo_copy: Path) -> None:
+    """The card's recipe, run exactly as the pushed card prints it (its repo and config filled in) in a fresh
+    interpreter that has no package of ours imported, gives the zoo's own first checkpoint, and fetches of its
+    shard only a few ranges, never the whole file."""
     import re
     import subprocess
     import sys
@@ -50,14 +51,15 @@ def test_the_cards_recipe_reads_a_checkpoint_with_hub_and_safetensors_only(hub, 
     from small_transformer_zoo.hub.push import push_zoo
 
     push_zoo(zoo_copy, "card/recipe")
-    card = render_card(zoo_copy)
+    card = (zoo_copy / "README.md").read_text()
     recipe = re.search(r"<!-- recipe -->\n```python\n(.*?)```\n<!-- /recipe -->", card, re.S).group(1)
-    assert len(recipe.strip().splitlines()) <= 12
-    code = recipe.replace("<repo>", "card/recipe").replace("<config>", "syn")
+    assert 'repo, config = "card/recipe", "syn"' in recipe
+    assert len([line for line in recipe.splitlines() if line.strip()]) <= 14
     check = ("\nimport sys\nassert not any(m.split('.')[0] in ('small_transformer_zoo', 'builders', 'nfn_baselines')"
              " for m in sys.modules)\nnp.save(sys.argv[1], np.concatenate([v.ravel() for v in state_dict.values()]))")
     out = Path(zoo_copy).parent / "row.npy"
-    done = subprocess.run([sys.executable, "-c", code + check, str(out)], capture_output=True, text=True, timeout=120)
+    hub.requests.clear()
+    done = subprocess.run([sys.executable, "-c", recipe + check, str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     import numpy as np
 
@@ -65,6 +67,26 @@ def test_the_cards_recipe_reads_a_checkpoint_with_hub_and_safetensors_only(hub, 
     first_shard = zoo.manifest["shards"][0]
     expected = zoo.split_weights(first_shard["split"]).shards[0][0].numpy()
     np.testing.assert_array_equal(np.load(out), expected)
+    shard_reads = [r for m, p, r in hub.requests if m == "GET" and p.endswith(first_shard["path"])]
+    assert shard_reads and all(r and r.startswith("bytes=") for r in shard_reads), shard_reads
+    fetched = sum(int(b) - int(a) + 1 for r in shard_reads for a, b in [r[6:].split("-")])
+    assert fetched < first_shard["bytes"] / 2, (fetched, first_shard["bytes"])
+
+
+def test_the_card_carries_its_citation_and_whole_zoo_statistics(tmp_path: Path) -> None:
+    from huggingface_hub import DatasetCard
+
+    write_synthetic_zoo(tmp_path, "alpha", runs=30, register=False)
+    card = DatasetCard.load(tmp_path / "README.md")
+    assert "tran2025equivariant" in card.data.to_dict()["citation"]
+    zoo = Zoo.open(tmp_path, "alpha")
+    values = [v for s in zoo.splits for v in zoo.metadata(s).column("test_accuracy").to_pylist()]
+    import numpy as np
+
+    whole = f"{min(values):.3f} / {np.median(values):.3f} / {max(values):.3f}"
+    assert f"| {whole} |" in card.text
+    test = zoo.metadata("test").column("test_accuracy").to_pylist()
+    assert f"| `alpha` | test | " in card.text and f"{np.median(test):.3f}" in card.text
 
 
 def test_the_cards_fields_table_describes_every_parquet_column(zoo_copy: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.hub.locate import DEFAULT_REPO_ID
+from small_transformer_zoo.store.local_index import DEFAULT_REPO_ID
 from small_transformer_zoo.testing import HubServer
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from ..errors import ZooFormatError
 
 HYPERPARAMETERS = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")  # the values of `optimizer` (torch.optim's update rules)
 METRICS = ("train_accuracy", "validation_accuracy", "test_accuracy", "train_loss", "validation_loss", "test_loss")
 
 # What every column means and its unit; stored in each Parquet file's schema and shown in the dataset card.

@@ -90,22 +90,34 @@ def _fetch(location: ZooLocation, token: Any) -> Path:
 
 def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, token: Any = None) -> Path:
     """Fetch the config's manifest, then only the files it names for `splits` (and its extras), both from the one
-    commit the revision points at; reuse the cache offline. Returns the local root."""
+    commit the revision points at; reuse the cache offline. Returns the local root. Every failure is one
+    ZooFormatError naming the repo (offline: that the config is not cached)."""
+    from huggingface_hub import constants
+
     config, wanted = location.config, splits or SPLIT_NAMES
-    local = Path(snapshot_download(location.repo_id, repo_type="dataset", revision=location.revision,
-                                   allow_patterns=[f"{config}/{MANIFEST_NAME}"], token=token))
-    manifest_path = local / config / MANIFEST_NAME
-    if not manifest_path.is_file():
-        raise ZooFormatError(f"{location.repo_id}@{location.revision or 'main'}",
-                             f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
-    raw = manifest_path.read_bytes()
-    if content_matches(raw, manifest_path.resolve().name) is False:
-        evict_from_hub_cache(str(manifest_path), local)
-        raise ZooFormatError(manifest_path, "does not match its content address (a damaged download); removed "
-                                            "from the Hugging Face cache, so the next load downloads it again")
-    files = manifest_files(load_manifest_text(raw, str(manifest_path)), wanted)
-    snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
-                      allow_patterns=[f"{config}/{path}" for path in files], token=token)
+    where = f"{location.repo_id}@{location.revision or 'main'}"
+    offline = (f"config {config!r} is not in the local cache and the Hub is offline (HF_HUB_OFFLINE): load it once "
+               f"while online, or unset HF_HUB_OFFLINE") if constants.HF_HUB_OFFLINE else ""
+    with hub_errors(f"fetching config {config!r} from the Hub", where, f"; {offline}" if offline else ""):
+        local = Path(snapshot_download(location.repo_id, repo_type="dataset", revision=location.revision,
+                                       allow_patterns=[f"{config}/{MANIFEST_NAME}"], token=token))
+        manifest_path = local / config / MANIFEST_NAME
+        if not manifest_path.is_file():
+            raise ZooFormatError(where, offline or f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
+        raw = manifest_path.read_bytes()
+        if content_matches(raw, manifest_path.resolve().name) is False:
+            evict_from_hub_cache(str(manifest_path), local)
+            raise ZooFormatError(manifest_path, "does not match its content address (a damaged download); removed "
+                                                "from the Hugging Face cache, so the next load downloads it again")
+        files = manifest_files(load_manifest_text(raw, str(manifest_path)), wanted)
+        snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
+                          allow_patterns=[f"{config}/{path}" for path in files], token=token)
+        missing = [path for path in files if not (local / config / path).is_file()]
+        if missing:
+            raise ZooFormatError(where, (offline.replace(f"config {config!r}", f"{len(missing)} files of config "
+                                                                               f"{config!r}") if offline else
+                                         f"{len(missing)} files its manifest names are not in the repo, first "
+                                         f"{missing[0]}"))
     return local
 
 
@@ -240,8 +252,7 @@ def _sliced_indices(split: str, lengths: dict[str, int]) -> list[int]:
     """Row indices into the concatenation of `lengths`' splits that the slicing syntax `split` selects."""
     try:
         instruction = datasets.ReadInstruction.from_spec(split)
-        absolute = instruction.to_absolute({name: datasets.SplitInfo(name=name, num_examples=n)
-                                            for name, n in lengths.items()})
+        absolute = instruction.to_absolute(dict(lengths))
     except (ValueError, AssertionError, KeyError) as exc:
         raise ValueError(f"split {split!r}: {exc}") from None
     offsets = dict(zip(lengths, [0, *itertools.accumulate(lengths.values())][:-1]))

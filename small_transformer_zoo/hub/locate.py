@@ -13,11 +13,8 @@ from typing import Literal
 from ..errors import ZooFormatError
 from ..format.manifest import MANIFEST_NAME
 from ..store.configs import choose_config, list_configs
-from ..store.local_index import find_local_zoo
+from ..store.local_index import SHORT_NAME, default_repo_id, find_local_zoo
 
-SHORT_NAME = "small-transformer-zoo"
-DEFAULT_REPO_ID = "small-transformer-zoo/small-transformer-zoo"
-REPO_ENV = "STZ_REPO_ID"
 HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
@@ -31,10 +28,6 @@ class ZooLocation:
     config: str | None
     repo_id: str | None = None
     revision: str | None = None
-
-
-def default_repo_id() -> str:
-    return os.environ.get(REPO_ENV) or DEFAULT_REPO_ID
 
 
 def locate(name_or_path: str | os.PathLike[str], config: str | None = None,

@@ -46,7 +46,7 @@ def _push_locked(root: Path, configs: list[str], repo_id: str, token: Any, priva
     if problems:
         raise ZooFormatError(root, f"refusing to push: `stz verify` finds {len(problems)} problems, first: "
                                    f"{problems[0]}")
-    write_root_card(root)
+    write_root_card(root, repo_id)
     api = HfApi(token=token)
     # No network, refused, or the Hub said no: the local zoo is untouched either way.
     with hub_errors(f"push to dataset {repo_id}", then="; the local zoo is unchanged, run the push again"):

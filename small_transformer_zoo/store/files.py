@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -59,6 +60,27 @@ def _fsync_folder(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_regular_text(path: str | os.PathLike[str], limit: int) -> str | None:
+    """The text of a regular file of at most `limit` bytes, or None where there is none; never follows a link,
+    waits on a FIFO or reads a device (a ValueError names anything else that sits at `path`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read as a regular file ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file (a FIFO, device or folder); move it away")
+        if st.st_size > limit:
+            raise ValueError(f"{path}: {st.st_size:,} bytes, more than the {limit:,} this file may have")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(limit + 1)[:limit].decode(errors="replace")
     finally:
         os.close(fd)
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..format.architecture import ArchitectureSpec, mnist_spec
+from ..format.metadata import OPTIMIZERS
 from .writer import ZooWriter
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
 
 
 def write_synthetic_zoo(
