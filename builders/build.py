@@ -24,7 +24,8 @@ from safetensors.numpy import load_file, save
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.errors import ZooFormatError
-from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json, exclusive_lock
+from small_transformer_zoo.store.files import (atomic_write_bytes, atomic_write_json, check_real_folders,
+                                               exclusive_lock)
 from small_transformer_zoo.format.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.store.writer import ZooWriter
 
@@ -344,6 +345,7 @@ def _train_and_assemble(build: Build, executor: Callable[..., Any] | None, progr
         shutil.rmtree(_build_dir(out, plan.config), ignore_errors=True)  # a run killed after the zoo was in place
         return load_manifest(out / plan.config)
     parts = _build_dir(out, plan.config) / "parts"
+    check_real_folders(out, parts.relative_to(out))
     parts.mkdir(parents=True, exist_ok=True)
     atomic_write_json(_build_dir(out, plan.config) / PLAN_NAME, plan.to_dict())
     done = trained_runs([parts])

@@ -147,7 +147,8 @@ def _review(args: argparse.Namespace) -> int:
     if not numbers:
         print(f"{args.leaderboard}: no open pull requests")
     for num in numbers:
-        done = review(args.leaderboard, num, args.root, merge=args.merge, thresholds=tuple(args.thresholds))
+        done = review(args.leaderboard, num, args.root, merge=args.merge, thresholds=tuple(args.thresholds),
+                      splits=tuple(args.splits))
         claimed = done.claim["metrics"]
         seen = "no local scores (labels withheld)" if claimed is None else f"claimed {main_metric_text(claimed)}"
         print(f"#{num} {done.claim['name']} ({done.claim['config']}/{done.claim['split']}): "
@@ -199,6 +200,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rev.add_argument("--pr", type=bounded(int, 1), nargs="+", help="pull request numbers (default: every open one)")
     rev.add_argument("--merge", action="store_true", help="add the scores to results.json and merge (default: "
                                                           "print the scores only)")
+    rev.add_argument("--splits", nargs="+", default=["test"], metavar="SPLIT",
+                     help="the splits this leaderboard scores, those its public zoo withholds (default: test); a "
+                          "submission for another split is refused")
     rev.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                      help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
     rev.set_defaults(func=_review)

@@ -28,9 +28,10 @@ from .metrics import DEFAULT_THRESHOLDS, defined
 from .targets import get_target
 
 RESULTS = "results.json"
+WITHHELD_SPLITS = ("test",)  # the splits a leaderboard scores by default: those its public zoo withholds
 SUBMISSIONS = "submissions"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ -]{0,63}")
-DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+DIFF_HEADER = "diff --git "
 CLAIM_KEYS = ("format", "name", "config", "split", "file", "sha256", "metrics")
 
 
@@ -135,10 +136,14 @@ def open_pull_requests(repo_id: str, token: Any = None) -> list[int]:
 
 
 def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merge: bool = False,
-           thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, token: Any = None) -> Review:
+           thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, token: Any = None,
+           splits: tuple[str, ...] = WITHHELD_SPLITS) -> Review:
     """Re-score pull request `pr_num` against the full zoo `zoo` (a Zoo or a root); with `merge`, add the entry to
     the results file inside the pull request and merge it. A pull request that changes anything but one
-    submission and its claim, or whose file does not match its claim, is refused."""
+    submission and its claim, whose file does not match its claim, or that is for a split the leaderboard does not
+    withhold (`splits`: its labels are public, so anyone could score 1.0) is refused. Everything is read at one
+    commit of the pull request, the one scored, and the results are committed on top of exactly that commit: a
+    file swapped after scoring is never merged under the old score. Nothing is written until every check passed."""
     from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 
     api = HfApi(token=token)
@@ -146,17 +151,20 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     details = _hub_call(f"reading {where}", api.get_discussion_details, repo_id, pr_num, repo_type="dataset")
     if not details.is_pull_request or details.status != "open":
         raise DataError(f"{where}: not an open pull request (status {details.status})")
-    revision = f"refs/pr/{pr_num}"
+    scored = _hub_call(f"reading {where}", api.dataset_info, repo_id, revision=f"refs/pr/{pr_num}").sha
     changed = _changed_files(details.diff, where)
     claims = [f for f in changed if f.endswith(".json")]
     if len(changed) != 2 or len(claims) != 1 or not all(f.startswith(f"{SUBMISSIONS}/") for f in changed):
         raise SubmissionError(f"{where}: must add one submission and its claim under {SUBMISSIONS}/, changes "
                               f"{changed}")
     claim_file = _hub_call(f"reading {where}", hf_hub_download, repo_id, claims[0], repo_type="dataset",
-                           revision=revision, token=token)
+                           revision=scored, token=token)
     claim = _check_claim(Path(claim_file).read_bytes(), changed, f"{where}: {claims[0]}")
+    if claim["split"] not in splits:
+        raise SubmissionError(f"{where}: a submission for split {claim['split']!r}, which this leaderboard does not "
+                              f"withhold (it scores {list(splits)}): its labels are public")
     local = _hub_call(f"reading {where}", hf_hub_download, repo_id, claim["file"], repo_type="dataset",
-                      revision=revision, token=token)
+                      revision=scored, token=token)
     digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
     if digest != claim["sha256"]:
         raise SubmissionError(f"{where}: {claim['file']} has sha256 {digest}, its claim says {claim['sha256']}")
@@ -164,18 +172,30 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     if merge:
         entries = with_result(hub_results(repo_id, "main", token), claim["name"], claim["config"], claim["split"],
                               metrics, f"pull request #{pr_num}: {claim['file']}")
-        _hub_call(f"adding the scores to {where}", api.create_commit, repo_id,
-                  [CommitOperationAdd(RESULTS, results_bytes(entries))], repo_type="dataset", revision=revision,
+        comment = f"Scored against the held-out labels: {main_metric_text(metrics)}"
+        _hub_call(f"adding the scores to {where} (it changed after it was scored: review it again)",
+                  api.create_commit, repo_id, [CommitOperationAdd(RESULTS, results_bytes(entries))],
+                  repo_type="dataset", revision=f"refs/pr/{pr_num}", parent_commit=scored,
                   commit_message=f"Score {claim['name']} against the held-out labels")
-        _hub_call(f"merging {where}", api.merge_pull_request, repo_id, pr_num, repo_type="dataset",
-                  comment=f"Scored against the held-out labels: {main_metric_text(metrics)}")
+        _hub_call(f"merging {where}", api.merge_pull_request, repo_id, pr_num, repo_type="dataset", comment=comment)
     return Review(pr_num, claim, metrics, merge)
 
 
 def _changed_files(diff: str | None, where: str) -> list[str]:
-    """The paths a pull request changes, from the Hub's diff of it against the branch it targets (`diff --git`
-    headers; a file added to main after the pull request was opened is not the pull request's change)."""
-    paths = {p for match in DIFF_HEADER.finditer(diff or "") for p in match.groups()}
+    """The paths a pull request changes, from the Hub's diff of it against the branch it targets (`diff --git
+    a/P b/P` headers, read exactly: a path may hold spaces, even at its end; a rename, or a header that is not of
+    that form, is refused). A file added to main after the pull request was opened is not its change."""
+    paths = set()
+    for line in (diff or "").split("\n"):
+        if not line.startswith(DIFF_HEADER):
+            continue
+        rest = line[len(DIFF_HEADER):]
+        half = (len(rest) - 5) // 2  # "a/" + P + " b/" + P
+        path = rest[2 : 2 + half]
+        if half < 1 or rest != f"a/{path} b/{path}":
+            raise SubmissionError(f"{where}: a change the review cannot read exactly ({line!r}); a submission only "
+                                  f"adds its two files")
+        paths.add(path)
     if not paths:
         raise SubmissionError(f"{where}: the Hub reports no changed files for it; nothing to review")
     return sorted(paths)

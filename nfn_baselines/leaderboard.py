@@ -20,12 +20,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
 
-from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.store.files import atomic_write_bytes
 
@@ -36,9 +35,13 @@ from .parquet_child import read_columns
 
 ID_COLUMN = "checkpoint_id"
 SHOW = 5
-MAX_BYTES = 256 << 20     # a submission for 125,000 checkpoints is a few MB
-MAX_ROWS = 5_000_000
+MAX_BYTES = 64 << 20      # a submission for 125,000 checkpoints is a few MB
+MAX_ROWS = 1_000_000
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.ASCII | re.I)
+
+
+if TYPE_CHECKING:
+    from small_transformer_zoo import Zoo
 
 
 class SubmissionError(DataError):
@@ -50,22 +53,21 @@ def _few(items: list[Any]) -> str:
     return f"{shown}{' ...' if len(items) > SHOW else ''} ({len(items)} in all)"
 
 
-def _read_bytes(path: Path) -> bytes:
-    """A submission's bytes: a regular file (a FIFO or device never blocks or floods the scorer) within the limit."""
+def _open_submission(path: Path) -> BinaryIO:
+    """A submission opened for reading: a regular file (a FIFO or device never blocks or floods the scorer) within
+    the size limit."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise SubmissionError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SubmissionError(f"{path}: not a regular file (a folder, FIFO or device); submit a CSV or Parquet file")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    finally:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-    if len(raw) > MAX_BYTES:
+        raise SubmissionError(f"{path}: not a regular file (a folder, FIFO or device); submit a CSV or Parquet file")
+    if st.st_size > MAX_BYTES:
+        os.close(fd)
         raise SubmissionError(f"{path}: larger than the {MAX_BYTES:,} bytes a submission may have")
-    return raw
+    return os.fdopen(fd, "rb")
 
 
 def _read_parquet(path: Path, raw: bytes, columns: tuple[str, str]) -> tuple[list[Any], list[Any]]:
@@ -83,35 +85,75 @@ def _read_parquet(path: Path, raw: bytes, columns: tuple[str, str]) -> tuple[lis
     return [None if v is None else str(v) for v in found[ID_COLUMN]], found[columns[1]]
 
 
-def _read_table(path: Path, columns: tuple[str, str]) -> tuple[list[str], list[Any], str]:
-    """Raw ids and prediction cells, with a description of where row numbers start."""
-    raw = _read_bytes(path)
-    if not raw.strip():
-        raise SubmissionError(f"{path}: the file is empty")
-    if raw[:4] == b"PAR1" or path.suffix.lower() == ".parquet":
-        ids, values = _read_parquet(path, raw, columns)
-        return ids, values, "Parquet row"
+class _Lines:
+    """Line numbers of a kind of bad row: the first few kept, all counted (a file of a million bad rows costs
+    no more memory than one)."""
+
+    def __init__(self) -> None:
+        self.first: list[int] = []
+        self.count = 0
+
+    def add(self, line: int) -> None:
+        self.count += 1
+        if len(self.first) <= SHOW:
+            self.first.append(line)
+
+    def text(self) -> str:
+        shown = ", ".join(str(i) for i in self.first[:SHOW])
+        return f"{shown}{' ...' if self.count > SHOW else ''} ({self.count} in all)"
+
+
+def _read_csv(path: Path, handle: BinaryIO, columns: tuple[str, str]) -> tuple[list[str], list[Any]]:
+    """The two columns of a CSV submission, read as a stream: blank lines skipped as they come, the row limit
+    checked as rows arrive, only the two cells of each row kept."""
+    reader = csv.reader(io.TextIOWrapper(handle, encoding="utf-8-sig", newline=""))
+    header: list[str] | None = None
+    ids: list[str] = []
+    cells: list[Any] = []
+    short = _Lines()
+    line = 1
     try:
-        text = raw.decode("utf-8-sig")
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if header is None:
+                header = [h.strip() for h in row]
+                _check_columns(path, header, columns)
+                id_col, value_col = header.index(ID_COLUMN), header.index(columns[1])
+                continue
+            line += 1
+            if line - 1 > MAX_ROWS:
+                raise SubmissionError(f"{path}: more than the {MAX_ROWS:,} rows a submission may have")
+            if len(row) != len(header):
+                short.add(line)
+                continue
+            ids.append(row[id_col].strip())
+            cells.append(row[value_col].strip())
     except UnicodeDecodeError:
         raise SubmissionError(f"{path}: neither CSV (UTF-8 text) nor Parquet") from None
-    try:
-        rows = list(csv.reader(io.StringIO(text)))
     except csv.Error as exc:
         raise SubmissionError(f"{path}: not valid CSV ({exc})") from None
-    rows = [r for r in rows if any(cell.strip() for cell in r)]
-    if not rows:
+    if header is None:
         raise SubmissionError(f"{path}: the file is empty")
-    if len(rows) - 1 > MAX_ROWS:
-        raise SubmissionError(f"{path}: {len(rows) - 1:,} rows, more than the {MAX_ROWS:,} a submission may have")
-    header = [h.strip() for h in rows[0]]
-    _check_columns(path, header, columns)
-    id_col, value_col = header.index(ID_COLUMN), header.index(columns[1])
-    short = [i for i, r in enumerate(rows[1:], start=2) if len(r) != len(header)]
-    if short:
+    if short.count:
         raise SubmissionError(f"{path}: lines whose number of cells differs from the header's {len(header)}: "
-                              f"lines {_few(short)}")
-    return [r[id_col].strip() for r in rows[1:]], [r[value_col].strip() for r in rows[1:]], "CSV line"
+                              f"lines {short.text()}")
+    return ids, cells
+
+
+def _read_table(path: Path, columns: tuple[str, str]) -> tuple[list[str], list[Any], str]:
+    """Raw ids and prediction cells, with a description of where row numbers start."""
+    with _open_submission(path) as handle:
+        start = handle.read(4)
+        handle.seek(0)
+        if start == b"PAR1" or path.suffix.lower() == ".parquet":
+            raw = handle.read(MAX_BYTES + 1)
+            if not raw.strip():
+                raise SubmissionError(f"{path}: the file is empty")
+            ids, values = _read_parquet(path, raw, columns)
+            return ids, values, "Parquet row"
+        ids, values = _read_csv(path, handle, columns)
+        return ids, values, "CSV line"
 
 
 def _check_columns(path: Path, found: list[str], columns: tuple[str, str]) -> None:
@@ -266,6 +308,7 @@ def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[
                      target: str = "test_accuracy") -> dict[str, Any]:
     """Validate a submission against a zoo split and score it with its intervals (`score_values`); the zoo (a Zoo,
     or a local or Hub root) must hold the split's labels."""
+    from small_transformer_zoo import as_zoo  # here: reading a submission needs neither torch nor a zoo
     zoo = as_zoo(zoo, config)
     config = zoo.config
     _, predicted, truth = check_submission(path, zoo, split, target)

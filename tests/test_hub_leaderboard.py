@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from nfn_baselines.hub_leaderboard import review, submit
+from nfn_baselines.hub_leaderboard import hub_results, review, submit
 from nfn_baselines.leaderboard import SubmissionError, score_submission, write_submission
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.cli import main
-from small_transformer_zoo.errors import LabelsWithheldError, ZooFormatError
+from small_transformer_zoo.errors import DataError, LabelsWithheldError, ZooFormatError
 from small_transformer_zoo.format.checksums import sha256_bytes
 from small_transformer_zoo.store.files import atomic_write_json
 from small_transformer_zoo.format.metadata import METRICS
@@ -198,3 +198,66 @@ def test_submit_errors_are_one_line(hub: HubServer, public_root: Path, synthetic
     assert main(base[:1] + [str(half)] + base[2:] + ["--leaderboard", repo_id, "--name", "half"]) == 1
     assert "ids that are not checkpoints" in capsys.readouterr().err
     assert hub.discussions.get(repo_id, []) == []
+
+
+def _claim(good: Path, split: str = "test", name: str = "x") -> bytes:
+    return json.dumps({"format": "stz-submission", "version": 1, "name": name, "config": "syn", "split": split,
+                       "file": f"submissions/syn/{split}/{name}.csv", "sha256": sha256_bytes(good.read_bytes()),
+                       "metrics": None}).encode()
+
+
+def test_review_reads_changed_paths_exactly(hub: HubServer, synthetic_root: Path, tmp_path: Path) -> None:
+    """Names with spaces, even a trailing one, are the pull request's changes too: never passed over."""
+    repo_id = _new_leaderboard(hub, "spaces")
+    good = _predictions(synthetic_root, tmp_path / "good.csv")
+    for extra in ("submissions/syn/test/evil file.txt", "results.json "):
+        num = _pull_request(repo_id, {"submissions/syn/test/x.csv": good.read_bytes(),
+                                      "submissions/syn/test/x.json": _claim(good), extra: b"{}"})
+        with pytest.raises(SubmissionError, match="must add one submission and its claim"):
+            review(repo_id, num, synthetic_root, merge=True)
+    assert "results.json" not in HfApi().list_repo_files(repo_id, repo_type="dataset")
+
+
+def test_a_file_swapped_after_scoring_is_never_merged(hub: HubServer, synthetic_root: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from nfn_baselines import hub_leaderboard
+
+    repo_id = _new_leaderboard(hub, "swap")
+    good = _predictions(synthetic_root, tmp_path / "good.csv", noise=0.02)
+    num = _pull_request(repo_id, {"submissions/syn/test/x.csv": good.read_bytes(),
+                                  "submissions/syn/test/x.json": _claim(good)})
+    scoring = hub_leaderboard.score_submission
+
+    def score_then_swap(*args: object, **kwargs: object) -> dict:
+        scores = scoring(*args, **kwargs)
+        worse = _predictions(synthetic_root, tmp_path / "worse.csv", noise=0.4).read_bytes()
+        HfApi().create_commit(repo_id, [CommitOperationAdd("submissions/syn/test/x.csv", worse)], repo_type="dataset",
+                              revision=f"refs/pr/{num}", commit_message="swap")
+        return scores
+
+    monkeypatch.setattr(hub_leaderboard, "score_submission", score_then_swap)
+    with pytest.raises(DataError, match="it changed after it was scored"):
+        review(repo_id, num, synthetic_root, merge=True)
+    assert hub.discussions[repo_id][num - 1]["status"] == "open"
+
+
+def test_constant_predictions_and_public_splits(hub: HubServer, synthetic_root: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Constant predictions have no tau: null, never a crash; a split whose labels are public is not scored."""
+    repo_id = _new_leaderboard(hub, "edge")
+    meta = Zoo.open(synthetic_root, "syn").metadata("test")
+    flat = write_submission(tmp_path / "flat.csv", meta.column("checkpoint_id").to_pylist(), np.full(meta.num_rows, 0.5))
+    num = _pull_request(repo_id, {"submissions/syn/test/x.csv": flat.read_bytes(),
+                                  "submissions/syn/test/x.json": _claim(flat)})
+    assert main(["review", repo_id, "--zoo", str(synthetic_root), "--merge"]) == 0
+    assert "tau undefined" in capsys.readouterr().out
+    entry = hub_results(repo_id)[0]
+    assert entry["metrics"]["tau"] is None
+    train = Zoo.open(synthetic_root, "syn").metadata("train")
+    public = write_submission(tmp_path / "train.csv", train.column("checkpoint_id").to_pylist(),
+                              np.asarray(train.column("test_accuracy").to_pylist()))
+    num = _pull_request(repo_id, {"submissions/syn/train/y.csv": public.read_bytes(),
+                                  "submissions/syn/train/y.json": _claim(public, "train", "y")})
+    with pytest.raises(SubmissionError, match="split 'train', which this leaderboard does not withhold"):
+        review(repo_id, num, synthetic_root, merge=True)
+    assert review(repo_id, num, synthetic_root, splits=("test", "train")).metrics["tau"] == pytest.approx(1.0)

@@ -160,7 +160,7 @@ def test_only_regular_files_within_the_limits(tmp_path: Path, monkeypatch: pytes
         read_submission(big)
     monkeypatch.setattr(leaderboard, "MAX_BYTES", 10_000_000)
     monkeypatch.setattr(leaderboard, "MAX_ROWS", 100)
-    with pytest.raises(SubmissionError, match="big.csv: 200 rows, more than the 100"):
+    with pytest.raises(SubmissionError, match="big.csv: more than the 100 rows"):
         read_submission(big)
     bomb = tmp_path / "bomb.parquet"  # one repeated value: a few KB on disk, far more decoded
     pq.write_table(pa.table({"checkpoint_id": ["x" * 1000] * 5000, "predicted_accuracy": [0.5] * 5000}), bomb,
@@ -203,3 +203,47 @@ def test_results_are_strict_json_and_names_are_escaped(tmp_path: Path) -> None:
     assert entry["metrics"]["r2"] is None and entry["metrics"]["tau@0.8"] is None
     row = next(line for line in render_leaderboard(load_leaderboard(board)).splitlines() if line.startswith("| 1 "))
     assert "a\\|b \\<img src=x\\> \\[link\\]\\(http://x\\)" in row and row.count(" | ") == 9  # the last cell is the run count
+
+
+# The process's own high-water mark (VmHWM: ru_maxrss would carry the forking test process's over execve) and
+# that of the Parquet child it spawns.
+PEAK = ("import resource, sys\n"
+        "from nfn_baselines.leaderboard import SubmissionError, read_submission\n"
+        "try:\n    read_submission(sys.argv[1])\nexcept SubmissionError as exc:\n    print('refused:', exc)\n"
+        "own = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+        "print('peak', max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
+
+
+def _peak_mib(path: Path) -> tuple[float, str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parents[1], check=True).stdout
+    return int(out.split("peak")[-1]) / 1024, out
+
+
+def test_the_scorer_stays_within_300_mb_for_any_input_within_its_limit(tmp_path: Path) -> None:
+    """Blank lines up to the size limit, the most rows allowed, and a small Parquet file of dictionary-encoded
+    values that decodes to gigabytes: each is read (or refused) in at most 300 MB, the Parquet child included."""
+    from nfn_baselines import leaderboard
+
+    blank = tmp_path / "blank.csv"
+    with open(blank, "w") as handle:
+        handle.write("checkpoint_id,predicted_accuracy\n")
+        handle.write("\n" * (leaderboard.MAX_BYTES - 100))
+    rows = tmp_path / "rows.csv"
+    with open(rows, "w") as handle:
+        handle.write("checkpoint_id,predicted_accuracy\n")
+        for i in range(leaderboard.MAX_ROWS):
+            handle.write(f"mnist-adam-{i:07d}-e012,0.5\n")
+    bomb = tmp_path / "bomb.parquet"
+    long_id = "x" * 100_000
+    table = pa.table({"checkpoint_id": pa.array([long_id] * 50_000).dictionary_encode(),
+                      "predicted_accuracy": pa.array(np.full(50_000, 0.5))})
+    pq.write_table(table, bomb, compression="zstd")
+    assert bomb.stat().st_size < 2_000_000
+    for path in (blank, rows, bomb):
+        peak, said = _peak_mib(path)
+        assert peak <= 300, (path.name, peak, said)
+    assert "decodes to more than" in _peak_mib(bomb)[1]

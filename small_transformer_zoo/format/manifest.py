@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import platform
 import re
 from datetime import datetime, timezone
@@ -143,6 +144,10 @@ def _check_files(manifest: dict[str, Any], path: str) -> None:
         _check_entry(info, f"extras[{index}]", "extras/", path, rows=False)
         if not isinstance(info.get("name", ""), str):
             raise ZooFormatError(path, f"field 'extras[{index}].name' is {info['name']!r}, not a name")
+    named = [info["path"] for info in [*metadata.values(), *shards, *extras]]
+    twice = sorted({p for p in named if named.count(p) > 1})
+    if twice:
+        raise ZooFormatError(path, f"names file {twice[0]!r} more than once; every file of a zoo is listed once")
     counts = manifest["counts"]
     if not isinstance(counts, dict) or not all(_is_count(counts.get(k)) for k in ("checkpoints", "runs")):
         raise ZooFormatError(path, f"field 'counts' must be an object with counts of checkpoints and runs, got "
@@ -176,7 +181,7 @@ def _check_entry(info: Any, field: str, folder: str, path: str, *, rows: bool) -
 def _inside(relpath: str, folder: str) -> bool:
     """A relative POSIX path under `folder`, with no `..`, empty or absolute parts."""
     parts = relpath.split("/")
-    return (relpath.startswith(folder) and "\\" not in relpath and not relpath.startswith("/")
+    return (relpath.startswith(folder) and "\\" not in relpath and "\x00" not in relpath and not relpath.startswith("/")
             and all(part not in ("", ".", "..") for part in parts))
 
 
@@ -189,11 +194,16 @@ def load_manifest_text(text: str | bytes, path: str) -> dict[str, Any]:
 
 
 def read_manifest_bytes(config_dir: str | os.PathLike[str]) -> bytes:
+    """zoo.json's bytes: a regular file (never a FIFO or a device, which would hang or flood the reader)."""
     path = Path(config_dir) / MANIFEST_NAME
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise ZooFormatError(path, "no zoo manifest here (is this a zoo config folder?)") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ZooFormatError(path, "zoo manifest is not a regular file")
+        return handle.read()
 
 
 def load_manifest(config_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ shard of a distributed build, and when a zoo grows: no run can move between trai
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 
 SPLIT_NAMES = ("train", "validation", "test")
@@ -20,7 +21,7 @@ def check_fractions(fractions: Mapping[str, float]) -> dict[str, float]:
     if unknown:
         raise ValueError(f"unknown split names {unknown}; expected a subset of {list(SPLIT_NAMES)}")
     values = {name: float(fractions.get(name, 0.0)) for name in SPLIT_NAMES}
-    if any(v < 0 for v in values.values()) or abs(sum(values.values()) - 1.0) > 1e-9:
+    if not all(math.isfinite(v) and v >= 0 for v in values.values()) or abs(sum(values.values()) - 1.0) > 1e-9:
         raise ValueError(f"split fractions must be non-negative and sum to 1, got {values}")
     return values
 

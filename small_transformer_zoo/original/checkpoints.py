@@ -46,6 +46,11 @@ def load_state_dict(data: bytes, where: str) -> dict[str, torch.Tensor]:
     if not isinstance(state, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                  for k, v in state.items()):
         raise ZooFormatError(where, f"holds a {type(state).__name__}, not a state_dict of named tensors")
+    for name, tensor in state.items():
+        if tensor.layout != torch.strided or tensor.dtype != torch.float32:
+            raise ZooFormatError(where, f"tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')} "
+                                        f"({str(tensor.layout).removeprefix('torch.')}); the zoo stores dense float32 "
+                                        f"weights, and converting it would change them")
     return dict(state)
 
 

@@ -27,6 +27,7 @@ from ..format.architecture import ArchitectureSpec
 from ..devices import usable_cores
 from ..errors import ZooFormatError
 from ..format.checksums import sha256_bytes
+from ..format.manifest import MANIFEST_NAME, load_manifest
 from ..store.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from ..weights.weight_space import pack_state_dict
 from ..store.writer import DEFAULT_SHARD_SIZE, ZooWriter
@@ -40,7 +41,7 @@ from .checkpoints import (
     zoo_weights,
 )
 from .index import IndexRow, read_index
-from .release import Release, open_reader, open_release, read_member
+from .release import TABLE_LIMIT, Release, open_reader, open_release, read_member
 
 PART_SIZE = 1000
 TASK_CLASSES = {"mnist": 10, "agnews": 4}
@@ -67,7 +68,7 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
     out_root = Path(out_root)
     with open_release(source, task) as release:
         csv_where = release.where(release.csv_member)
-        csv_bytes = release.read(release.csv_member)
+        csv_bytes = release.read(release.csv_member, TABLE_LIMIT)
         rows, columns = read_index(csv_bytes, csv_where)
         absent = [row for row in rows if row.file_name not in release.checkpoints]
         if absent:
@@ -78,7 +79,13 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         files_without_row = sum(1 for name in release.checkpoints if name not in listed)
         frozen, spec = _architecture(release, rows[0], columns, csv_where)
         notes = _notes(release, spec, frozen, files_without_row)
+        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "architecture": spec.to_dict()}
         with exclusive_lock(out_root, config, "stz import-original"):
+            work = out_root / config / ".import"
+            finished = _finished(out_root / config, work, plan)
+            if finished is not None:  # an import killed after its zoo was in place: only the cleanup was left
+                shutil.rmtree(work, ignore_errors=True)
+                return ImportResult(finished, files_without_row, 0, notes)
             with ZooWriter(
                 out_root, config, spec, shard_size=shard_size, overwrite=overwrite,
                 task={"name": release.task, "source": f"the authors' release ({release.dataset})"},
@@ -87,19 +94,18 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
                             "positions_match_model": positions_match_model(spec, frozen[POSITIONS]),
                             "notes": notes},
                 checkpoint_epochs=_epochs(rows)) as writer:
-                work = out_root / config / ".import"
-                _claim(work, {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size,
-                              "architecture": spec.to_dict()})
+                _claim(work, plan)
                 parts, jobs, kept = [], [], 0
                 for index, start in enumerate(range(0, len(rows), part_size)):
                     chunk = rows[start:start + part_size]
                     path = work / "parts" / f"{index:05d}.safetensors"
                     parts.append(path)
-                    if _holds(path, chunk, spec):
+                    members = [release.checkpoints[r.file_name] for r in chunk]
+                    sources = [release.reader.identity(m) for m in members]
+                    if _holds(path, chunk, sources, spec):
                         kept += 1
                     else:
-                        jobs.append(PartJob(path, [release.checkpoints[r.file_name] for r in chunk],
-                                            [r.metadata for r in chunk]))
+                        jobs.append(PartJob(path, members, [r.metadata for r in chunk], sources))
                 _convert_parts(release, jobs, frozen, spec, workers, progress, len(rows))
                 for path in parts:
                     packed, metadata = _read_part(path)
@@ -120,7 +126,7 @@ def _architecture(release: Release, first_row: IndexRow, columns: dict[str, set[
     embedding, embedding_where = None, None
     if release.embedding_member is not None:
         embedding_where = release.where(release.embedding_member)
-        embedding = load_state_dict(release.read(release.embedding_member), embedding_where)
+        embedding = load_state_dict(release.read(release.embedding_member, TABLE_LIMIT), embedding_where)
     frozen = frozen_tables(first, embedding, release.where(member), embedding_where)
     return frozen, infer_spec(first, frozen, columns, csv_where)
 
@@ -150,6 +156,20 @@ def _source_name(source: str | os.PathLike[str]) -> str:
     return text if "://" in text else str(Path(text).resolve())
 
 
+def _finished(config_dir: Path, work: Path, plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest of this very import, already in place, when only its cleanup is left (its work folder is
+    still there and claims the same plan); else None."""
+    try:
+        earlier = json.loads((work / "plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if earlier != plan or not (config_dir / MANIFEST_NAME).is_file():
+        return None
+    manifest = load_manifest(config_dir)
+    same = manifest.get("provenance", {}).get("release_csv_sha256") == plan["release_csv_sha256"]
+    return manifest if same and manifest["architecture"] == plan["architecture"] else None
+
+
 def _claim(work: Path, plan: dict[str, Any]) -> None:
     """Keep the parts of an earlier run of this same import; refuse those of another."""
     path = work / "plan.json"
@@ -165,17 +185,19 @@ def _claim(work: Path, plan: dict[str, Any]) -> None:
         atomic_write_json(path, plan)
 
 
-def _holds(path: Path, chunk: list[IndexRow], spec: ArchitectureSpec) -> bool:
-    """Whether the part at `path` is complete and holds exactly these rows (a damaged part is converted again)."""
+def _holds(path: Path, chunk: list[IndexRow], sources: list[str], spec: ArchitectureSpec) -> bool:
+    """Whether the part at `path` is complete, holds exactly these rows and was converted from these very source
+    files (`sources`: their identities); a damaged part, or one whose sources changed, is converted again."""
     if not path.is_file():
         return False
     try:
         with safe_open(str(path), "np") as handle:
             shape = handle.get_slice("rows").get_shape()
             stored = json.loads((handle.metadata() or {}).get("checkpoints", "null"))
+            converted_from = json.loads((handle.metadata() or {}).get("sources", "null"))
     except (SafetensorError, OSError, ValueError):
         return False
-    if list(shape) != [len(chunk), spec.n_params] or not isinstance(stored, list):
+    if list(shape) != [len(chunk), spec.n_params] or not isinstance(stored, list) or converted_from != sources:
         return False
     return [{k: v for k, v in meta.items() if k != "diverged"} for meta in stored] == [row.metadata for row in chunk]
 
@@ -187,6 +209,7 @@ class PartJob:
     path: Path
     members: list[str]
     metadata: list[dict[str, Any]]
+    sources: list[str]
 
 
 def _convert_parts(release: Release, jobs: list[PartJob], frozen: dict[str, Any], spec: ArchitectureSpec,
@@ -239,7 +262,8 @@ def convert_part(reader: Any, job: PartJob, frozen: dict[str, Any], spec: Archit
         metadata.append({**meta, "diverged": not bool(np.isfinite(packed[i]).all())})
         if report and i % 64 == 63:
             report(i + 1)
-    atomic_write_bytes(job.path, safetensors_save({"rows": packed}, metadata={"checkpoints": json.dumps(metadata)}))
+    atomic_write_bytes(job.path, safetensors_save({"rows": packed}, metadata={"checkpoints": json.dumps(metadata),
+                                                                           "sources": json.dumps(job.sources)}))
 
 
 def _read_part(path: Path) -> tuple[np.ndarray, list[dict[str, Any]]]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from ..errors import ZooFormatError
 
@@ -19,6 +21,11 @@ HUB_ADDRESSES = ("hf://", "https://huggingface.co/")
 # Dataset names of the release (the CSV's stem) and the task names this package uses for them.
 TASK_OF_DATASET = {"mnist": "mnist", "ag_news": "agnews"}
 EMBEDDING_FILE = "embedding.pt"
+# Bounds on what one member may hold, declared and read: a checkpoint of the release's architecture is about 80 KB,
+# its CSV a few MB, AG News's word table some hundred MB.
+CHECKPOINT_LIMIT = 16 << 20
+TABLE_LIMIT = 2 << 30
+READ_CHUNK = 1 << 20
 _CSV = re.compile(r"^(?P<top>(?:[^/]+/){0,2})metadata/(?P<dataset>[^/]+)\.csv$")
 
 
@@ -71,8 +78,8 @@ class Release:
         """A member's name for messages: the path inside a folder, or `zip!member`."""
         return self._reader.where(member)
 
-    def read(self, member: str) -> bytes:
-        return read_member(self._reader, member)
+    def read(self, member: str, limit: int = CHECKPOINT_LIMIT) -> bytes:
+        return read_member(self._reader, member, limit)
 
     def close(self) -> None:
         self._reader.close()
@@ -93,7 +100,13 @@ class _Reader:
     def where(self, member: str) -> str:
         raise NotImplementedError
 
-    def read(self, member: str) -> bytes:
+    def identity(self, member: str) -> str:
+        """What identifies this version of a member (its size and time, or the zip's CRC): a part converted from
+        it is kept on a rerun only while its sources are unchanged."""
+        raise NotImplementedError
+
+    def read(self, member: str, limit: int) -> bytes:
+        """A member's bytes; more than `limit` is an error (declared or read)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -110,8 +123,20 @@ class _FolderReader(_Reader):
     def where(self, member: str) -> str:
         return str(self.root / member)
 
-    def read(self, member: str) -> bytes:
-        return (self.root / member).read_bytes()
+    def identity(self, member: str) -> str:
+        st = os.stat(self.root / member)
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+    def read(self, member: str, limit: int) -> bytes:
+        path = self.root / member
+        if not path.resolve().is_relative_to(self.root.resolve()):
+            raise ZooFormatError(path, f"is a link to {path.resolve()}, outside the release folder; copy the file "
+                                       f"into the release")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ZooFormatError(path, "is not a regular file")
+            return _bounded(handle, limit, self.where(member))
 
 
 class _ZipReader(_Reader):
@@ -128,8 +153,17 @@ class _ZipReader(_Reader):
     def where(self, member: str) -> str:
         return f"{self.path}!{member}"
 
-    def read(self, member: str) -> bytes:
-        return self.zip.read(member)
+    def identity(self, member: str) -> str:
+        info = self.zip.getinfo(member)
+        return f"{info.CRC:08x}:{info.file_size}:{info.compress_size}"
+
+    def read(self, member: str, limit: int) -> bytes:
+        declared = self.zip.getinfo(member).file_size
+        if declared > limit:
+            raise ZooFormatError(self.where(member), f"declares {declared:,} bytes, more than the {limit:,} a member "
+                                                     f"of the release may have")
+        with self.zip.open(member) as handle:
+            return _bounded(handle, limit, self.where(member))
 
     def close(self) -> None:
         self.zip.close()
@@ -140,10 +174,21 @@ def open_reader(location: Path) -> _Reader:
     return _FolderReader(location) if location.is_dir() else _ZipReader(location)
 
 
-def read_member(reader: _Reader, member: str) -> bytes:
-    """One member's bytes; a member that cannot be read is an error naming it."""
+def _bounded(handle: Any, limit: int, where: str) -> bytes:
+    """All of `handle`, read in chunks, refused as soon as it passes `limit` bytes (whatever it declared)."""
+    chunks, total = [], 0
+    while chunk := handle.read(READ_CHUNK):
+        total += len(chunk)
+        if total > limit:
+            raise ZooFormatError(where, f"holds more than the {limit:,} bytes a member of the release may have")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_member(reader: _Reader, member: str, limit: int = CHECKPOINT_LIMIT) -> bytes:
+    """One member's bytes, within `limit`; a member that cannot be read is an error naming it."""
     try:
-        return reader.read(member)
+        return reader.read(member, limit)
     except (OSError, KeyError, zipfile.BadZipFile) as exc:
         raise ZooFormatError(reader.where(member), f"cannot be read ({exc})") from None
 

@@ -90,6 +90,38 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n").encode())
 
 
+def _open_lock_file(path: Path) -> Any:
+    """The lock file opened for reading and writing: a regular file created here if need be, never a link
+    followed to another file or a FIFO waited on."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, CREATE_MODE)
+    except OSError as exc:
+        kind = "a symbolic link" if path.is_symlink() else "not a writable file"
+        raise ValueError(f"{path}: the lock file is {kind} ({exc.strerror}); writers never follow a link or "
+                         f"write through one: remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path}: the lock file is not a regular file (a FIFO or device); remove it")
+    return os.fdopen(fd, "r+")
+
+
+def check_real_folders(root: Path, relative: Path) -> None:
+    """Every part of `root / relative` that exists is a real folder, not a link: a writer creates, replaces and
+    deletes only regular files and folders inside the root, never through a link to somewhere else."""
+    current = root
+    for part in relative.parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode):
+            raise ValueError(f"{current}: is a symbolic link; a zoo writer writes and deletes only inside the zoo's "
+                             f"own folders, never through a link: replace it with a folder")
+        if not stat.S_ISDIR(mode):
+            raise ValueError(f"{current}: is not a folder")
+
+
 class LockedError(FileExistsError):
     """Another process holds the lock of what this process was about to write."""
 
@@ -119,7 +151,7 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> I
     if holder is not None:
         raise LockedError(f"{folder / name} is being written by another thread of this process; wait for it or "
                           f"choose another folder")
-    with open(path, "a+") as handle:
+    with _open_lock_file(path) as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZooFormatError, ZooReplacedError
-from ..format.manifest import MANIFEST_NAME, load_manifest_text, read_manifest_bytes
+from ..format.manifest import MANIFEST_NAME, load_manifest_text
 
 OPEN_ATTEMPTS = 5
+MANIFEST_LIMIT = 64 << 20  # bytes of a zoo.json (a zoo of millions of checkpoints has a few MB)
 
 
 class PinnedFile(io.RawIOBase):
@@ -74,7 +75,9 @@ class ZooSnapshot:
         self.dir, self.raw = config_dir, raw
         self.manifest = load_manifest_text(raw, str(config_dir / MANIFEST_NAME))
         # relative path -> open descriptor, or why it could not be opened
-        self._files = {relpath: _open_regular(config_dir / relpath) for relpath in manifest_files(self.manifest)}
+        base = link_base(config_dir)
+        self._files = {relpath: _open_regular(config_dir / relpath, base)
+                       for relpath in manifest_files(self.manifest)}
         self._closer = weakref.finalize(self, _close_descriptors, self._files)
 
     @property
@@ -102,9 +105,20 @@ def _close_descriptors(files: dict[str, int | str]) -> None:
             files[relpath] = "was closed with its zoo"
 
 
-def _open_regular(path: Path) -> int | str:
+FOLLOW_LINKS_ENV = "STZ_FOLLOW_LINKS"
+
+
+def link_base(config_dir: Path) -> Path:
+    """The folder a zoo's files may lie in, through links: its root; for a zoo in the Hugging Face cache, whose
+    files are links into the repo's blob store, the repo's cache folder."""
+    root = config_dir.resolve().parent
+    return root.parent.parent if root.parent.name == "snapshots" else root
+
+
+def _open_regular(path: Path, base: Path) -> int | str:
     """A descriptor of the regular file at `path`, or why there is none. Opened without blocking, so a FIFO put
-    where a shard should be is refused rather than waited on."""
+    where a shard should be is refused rather than waited on; a link that leads out of `base` is refused unless
+    the user asks for links to be followed ($STZ_FOLLOW_LINKS=1)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
@@ -114,7 +128,36 @@ def _open_regular(path: Path) -> int | str:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return "is not a regular file"
+    target = opened_path(fd, path)
+    if not target.is_relative_to(base) and os.environ.get(FOLLOW_LINKS_ENV) != "1":
+        os.close(fd)
+        return (f"is a link to {target}, outside the zoo {base}; copy the file into the zoo, or set "
+                f"{FOLLOW_LINKS_ENV}=1 to follow links out of it")
     return fd
+
+
+def opened_path(fd: int, path: Path) -> Path:
+    """Where the open file really is (the kernel's own name for the descriptor where there is one)."""
+    proc = Path(f"/proc/self/fd/{fd}")
+    try:
+        return Path(os.readlink(proc))
+    except OSError:
+        return path.resolve()
+
+
+def read_manifest(config_dir: Path) -> bytes:
+    """`<config_dir>/zoo.json`'s bytes, read as every file of a zoo is (`_open_regular`), within a size bound."""
+    path = config_dir / MANIFEST_NAME
+    entry = _open_regular(path, link_base(config_dir))
+    if isinstance(entry, str):
+        if entry == "is missing":
+            raise ZooFormatError(path, "no zoo manifest here (is this a zoo config folder?)")
+        raise ZooFormatError(path, f"zoo manifest {entry}")
+    with os.fdopen(entry, "rb") as handle:
+        raw = handle.read(MANIFEST_LIMIT + 1)
+    if len(raw) > MANIFEST_LIMIT:
+        raise ZooFormatError(path, f"zoo manifest is larger than {MANIFEST_LIMIT:,} bytes")
+    return raw
 
 
 def open_snapshot(config_dir: str | os.PathLike[str]) -> ZooSnapshot:
@@ -123,7 +166,7 @@ def open_snapshot(config_dir: str | os.PathLike[str]) -> ZooSnapshot:
     is read, so the rest of the zoo stays readable."""
     config_dir = Path(config_dir)
     for _ in range(OPEN_ATTEMPTS):
-        raw = read_manifest_bytes(config_dir)
+        raw = read_manifest(config_dir)
         snapshot = ZooSnapshot(config_dir, raw)
         if snapshot.complete or not replaced_since(config_dir, raw):
             return snapshot
@@ -146,6 +189,6 @@ def reopen_snapshot(config_dir: Path, raw: bytes) -> ZooSnapshot:
 def replaced_since(config_dir: Path, raw: bytes) -> bool:
     """Whether `<config_dir>/zoo.json` is no longer the manifest whose bytes are `raw`."""
     try:
-        return (config_dir / MANIFEST_NAME).read_bytes() != raw
-    except OSError:
+        return read_manifest(config_dir) != raw
+    except (OSError, ZooFormatError):
         return True

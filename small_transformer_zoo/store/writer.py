@@ -22,7 +22,7 @@ from safetensors.numpy import save as safetensors_save
 
 from ..format.architecture import ArchitectureSpec
 from ..format.checksums import sha256_bytes
-from .files import atomic_write_bytes, atomic_write_json, exclusive_lock
+from .files import atomic_write_bytes, atomic_write_json, check_real_folders, exclusive_lock
 from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, is_config_name
 from ..format.metadata import build_table, normalise_row
 from .local_index import register_local_zoo
@@ -64,6 +64,8 @@ class ZooWriter:
         self.fractions, self.split_salt = check_fractions(fractions), split_salt
         self.root, self.config, self.spec = Path(root), config, spec
         self.dir = self.root / config
+        for folder in ("", *DATA_FOLDERS):
+            check_real_folders(self.root, Path(config) / folder)
         self._lock = exclusive_lock(self.root, config, "ZooWriter")
         self._lock.__enter__()  # held until close(): no other writer may interleave its files and manifest
         if (self.dir / MANIFEST_NAME).exists() and not overwrite:
@@ -235,6 +237,7 @@ def remove_unlisted_files(config_dir: Path, manifest: Mapping[str, Any]) -> None
                                         *manifest.get("extras", [])]}
     for folder in DATA_FOLDERS:
         path = config_dir / folder
+        check_real_folders(config_dir, Path(folder))
         if not path.is_dir():
             continue
         for child in path.iterdir():

@@ -426,6 +426,13 @@ class HubServer:
                         self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
                         return True
                     pr_url = None
+                    header = next((line["value"] for line in lines if line["key"] == "header"), {})
+                    parent = header.get("parentCommit")
+                    head = server.repos[repo_id].resolve(revision)
+                    if parent and (head is None or head.sha != parent):  # the Hub's check of `parent_commit`
+                        self._error(412, "PreconditionFailed", f"{revision} is at {head.sha if head else None}, "
+                                                               f"not at the parent commit {parent}")
+                        return True
                     if parse_qs(url.query).get("create_pr", ["0"])[0] in ("1", "true"):
                         title = next(line["value"] for line in lines if line["key"] == "header").get("summary", "")
                         num = server.open_pull_request(repo_id, revision, operations, title)
