@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
+from small_transformer_zoo import Zoo, ZooFormatError, load_dataset, mnist_spec
 from small_transformer_zoo.store.snapshot import manifest_files
 from small_transformer_zoo.format.splits import assign_split
 from small_transformer_zoo.testing import HubServer
@@ -586,3 +586,210 @@ def test_a_writer_killed_at_any_step_leaves_the_old_zoo_or_the_new_one(tmp_path:
             break
         step += 1
     assert seen == {1, 2} and steps >= 8, (seen, steps)
+
+
+def test_writers_never_follow_a_link_or_wait_on_a_pipe(tmp_path: Path, stz_home: Path) -> None:
+    from small_transformer_zoo import ZooWriter
+    from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    precious = outside / "precious.txt"
+    precious.write_text("keep me")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / ".syn.lock").symlink_to(precious)
+    with pytest.raises(ValueError, match="the lock file is a symbolic link"):
+        write_synthetic_zoo(root, "syn", runs=4, register=False)
+    assert precious.read_text() == "keep me"
+    (root / ".syn.lock").unlink()
+    (root / "syn").mkdir()
+    (outside / "train-0.parquet").write_text("not a zoo file")
+    (root / "syn" / "metadata").symlink_to(outside)
+    with pytest.raises(ValueError, match="metadata: is a symbolic link"):
+        ZooWriter(root, "syn", mnist_spec())
+    assert (outside / "train-0.parquet").exists() and precious.read_text() == "keep me"
+    (root / "syn" / "metadata").unlink()
+    os.mkfifo(root / "README.md")
+    write_synthetic_zoo(root, "syn", runs=4, register=False)  # finishes: the FIFO is left alone, never waited on
+    assert Zoo.open(root, "syn").verify() == []
+    (root / "README.md").unlink()
+    (root / "README.md").symlink_to("/dev/zero")
+    write_synthetic_zoo(root, "other", runs=4, register=False)
+    assert (root / "README.md").is_symlink()
+
+
+def test_links_out_of_the_zoo_are_refused_unless_asked_for(zoo_copy: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    path = shard_file(zoo_copy / "syn", "train")
+    moved = tmp_path / "elsewhere.safetensors"
+    shutil.move(path, moved)
+    path.symlink_to(moved)
+    with pytest.raises(ZooFormatError, match="is a link to .*elsewhere.safetensors, outside the zoo"):
+        Zoo.open(zoo_copy, "syn").split_weights("train")
+    monkeypatch.setenv("STZ_FOLLOW_LINKS", "1")
+    assert Zoo.open(zoo_copy, "syn").verify() == []
+    monkeypatch.delenv("STZ_FOLLOW_LINKS")
+    inside = zoo_copy / "syn" / "kept.safetensors"
+    path.unlink()
+    shutil.move(moved, inside)
+    path.symlink_to(inside)  # a link within the zoo root is fine
+    assert Zoo.open(zoo_copy, "syn").verify() == []
+
+
+def test_manifests_name_each_file_once_and_fractions_are_numbers(zoo_copy: Path) -> None:
+    manifest_path = zoo_copy / "syn" / "zoo.json"
+    manifest = json.loads(manifest_path.read_text())
+    twice = {**manifest, "shards": manifest["shards"] + manifest["shards"][:1]}
+    manifest_path.write_text(json.dumps(twice))
+    with pytest.raises(ZooFormatError, match="more than once; every file of a zoo is listed once"):
+        Zoo.open(zoo_copy, "syn")
+    nan = {**manifest, "splits": {**manifest["splits"], "fractions": {"train": float("nan"), "validation": float("nan"),
+                                                                       "test": float("nan")}}}
+    manifest_path.write_text(json.dumps(nan))
+    with pytest.raises(ZooFormatError, match="field 'splits.fractions': split fractions must be non-negative"):
+        Zoo.open(zoo_copy, "syn")
+    nul = json.loads(json.dumps(manifest))
+    nul["shards"][0]["path"] = nul["shards"][0]["path"] + "\x00x"
+    manifest_path.write_text(json.dumps(nul))
+    with pytest.raises(ZooFormatError, match="not a plain path under 'weights/'"):
+        Zoo.open(zoo_copy, "syn")
+
+
+def _rewrite_shard_hash(config_dir: Path, shard: Path) -> None:
+    """Give the manifest a damaged shard's new sha256: a consistent but wrong zoo."""
+    manifest = json.loads((config_dir / "zoo.json").read_text())
+    entry = next(s for s in manifest["shards"] if s["path"] == shard.relative_to(config_dir).as_posix())
+    entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    (config_dir / "zoo.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("read", ["fast path", "load_dataset", "streaming", "verify"])
+def test_every_read_path_checks_row_digests(read: str, zoo_copy: Path, stz_home: Path) -> None:
+    """A shard whose sha256 was rewritten to match damaged bytes, and metadata whose digests were swapped between
+    two rows (with its own sha256 rewritten): every read path refuses both."""
+    shard = _train_shard(zoo_copy)
+    _flip_in_place_keeping_mtime(shard)
+    _rewrite_shard_hash(zoo_copy / "syn", shard)
+    check = {**READ_PATHS, "verify": lambda root: Zoo.open(root, "syn").verify()}[read]
+    if read == "verify":
+        assert any("do not match their digest" in p for p in check(zoo_copy))
+    else:
+        with pytest.raises(ZooFormatError, match="do not match their digest"):
+            check(zoo_copy)
+
+
+@pytest.mark.parametrize("read", ["fast path", "load_dataset", "streaming"])
+def test_swapped_digests_and_doubled_rows_are_refused(read: str, zoo_copy: Path, stz_home: Path) -> None:
+    table = pq.read_table(metadata_file(zoo_copy / "syn", "train"))
+    digests = table.column("params_digest").to_pylist()
+    digests[0], digests[1] = digests[1], digests[0]
+    rewrite_metadata(zoo_copy / "syn", "train", table.set_column(
+        table.schema.get_field_index("params_digest"), "params_digest", pa.array(digests)))
+    with pytest.raises(ZooFormatError, match="do not match their digest"):
+        READ_PATHS[read](zoo_copy)
+    rows = table.column("row").to_pylist()
+    rows[1] = rows[0]
+    rewrite_metadata(zoo_copy / "syn", "train", table.set_column(table.schema.get_field_index("row"), "row",
+                                                                 pa.array(rows, pa.int64())))
+    with pytest.raises(ZooFormatError, match="both point to .* row 0: each row holds one checkpoint"):
+        READ_PATHS[read](zoo_copy)
+
+
+def test_rows_copied_after_a_shard_changed_are_checked(zoo_copy: Path, stz_home: Path) -> None:
+    """Rows are read from memory maps when copied out; an in-place edit after the check cannot reach them."""
+    weights = Zoo.open(zoo_copy, "syn").split_weights("train")
+    _flip_in_place_keeping_mtime(_train_shard(zoo_copy))
+    with pytest.raises(ZooFormatError, match="a shard changed after it was verified"):
+        weights.to_tensor()
+    from small_transformer_zoo import WeightSpaceDataset
+
+    with pytest.raises(ZooFormatError, match="a shard changed after it was verified"):
+        [WeightSpaceDataset(weights)[i] for i in range(len(weights))]
+
+
+def test_verify_always_checks_the_datasets_cache(zoo_copy: Path, stz_home: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    load_dataset(str(zoo_copy), "syn", split="train", cache_dir=str(cache))
+    arrow = max(cache.rglob("*.arrow"), key=lambda p: p.stat().st_size)
+    data = bytearray(arrow.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    arrow.write_bytes(bytes(data))
+    with pytest.raises(ZooFormatError, match="the datasets cache of .*(differs|do not match)"):
+        load_dataset(str(zoo_copy), "syn", split="train", cache_dir=str(cache), verify="always")
+
+
+@pytest.mark.parametrize("where, message", [
+    ({"epoch": 1.5}, r"where\['epoch'\]: 1.5 \(float\) is not an integer; column 'epoch' holds integers"),
+    ({"epoch": (1.5, None)}, r"where\['epoch'\]: 1.5 \(float\) is not an integer"),
+    ({"epoch": "1"}, r"where\['epoch'\]: '1' \(str\) is not an integer"),
+    ({"is_best": 1}, r"where\['is_best'\]: 1 \(int\) is not a boolean"),
+    ({"optimizer": 3}, r"where\['optimizer'\]: 3 \(int\) is not a text"),
+])
+def test_filters_mean_what_they_say(synthetic_root: Path, where: dict, message: str) -> None:
+    zoo = Zoo.open(synthetic_root, "syn")
+    with pytest.raises(ValueError, match=message):
+        zoo.select("train", where=where)
+    with pytest.raises(ValueError, match=message):
+        load_dataset(str(synthetic_root), "syn", split="train", where=where)
+
+
+@pytest.mark.parametrize("column, values, message", [
+    ("row", lambda t: pa.array([float(r) + 0.5 for r in t.column("row").to_pylist()]), "column 'row' is double"),
+    ("run_id", lambda t: pa.array([None] * t.num_rows, pa.string()), "column 'run_id' has .* nulls"),
+    ("learning_rate", lambda t: pa.array(["fast"] * t.num_rows), "column 'learning_rate' is string"),
+])
+def test_bad_metadata_values_name_the_file_and_field(zoo_copy: Path, column: str, values, message: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from small_transformer_zoo.cli import main
+
+    table = pq.read_table(metadata_file(zoo_copy / "syn", "train"))
+    index = table.schema.get_field_index(column)
+    rewrite_metadata(zoo_copy / "syn", "train", table.set_column(index, pa.field(column, values(table).type),
+                                                                 values(table)))
+    with pytest.raises(ZooFormatError, match=message):
+        Zoo.open(zoo_copy, "syn").metadata("train")
+    assert main(["verify", str(zoo_copy)]) == 1
+    assert "train-" in capsys.readouterr().out
+
+
+def test_hub_faults_through_load_dataset_are_one_clear_error(hub: HubServer, synthetic_root: Path, stz_home: Path,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 500, and a transfer cut short, on the way to `load_dataset`: a ZooFormatError naming the repo or file,
+    never a raw client error; the next load, with the Hub fine again, works."""
+    import small_transformer_zoo.hub.remote as remote
+
+    monkeypatch.setattr(remote, "TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(remote, "RETRY_WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(hub, "stall_seconds", 0.2)
+    repo_id = f"org/faults-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    shard = str(shard_file(synthetic_root / "syn", "train").relative_to(synthetic_root))
+    cache = str(tmp_path / "cache")
+    for fault in ("500", "cut short"):
+        if fault == "500":
+            hub.fail_with[f"{repo_id}/{shard}"] = 500
+        else:
+            hub.cut_short.add(f"{repo_id}/{shard}")
+        for streaming in (False, True):
+            with pytest.raises(ZooFormatError, match=f"({repo_id}|{shard})"):
+                list(load_dataset(repo_id, "syn", split="train", streaming=streaming, cache_dir=cache))
+        hub.fail_with.clear()
+        hub.cut_short.clear()
+    assert torch.equal(_load_dataset_from(repo_id, cache), _fast_path(synthetic_root))
+
+
+def _load_dataset_from(repo_id: str, cache: str) -> torch.Tensor:
+    return load_dataset(repo_id, "syn", split="train", cache_dir=cache).with_format("torch")[:]["params"]
+
+
+def test_the_fast_path_from_the_hub_evicts_a_damaged_blob(hub: HubServer, synthetic_root: Path,
+                                                          stz_home: Path) -> None:
+    from small_transformer_zoo import open_zoo
+
+    repo_id = f"org/fast-evict-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    hub.corrupt_once.add(f"{repo_id}/{shard_file(synthetic_root / 'syn', 'train').relative_to(synthetic_root)}")
+    with pytest.raises(ZooFormatError, match="removed from the Hugging Face cache, so the next open downloads it"):
+        open_zoo(repo_id, "syn").split_weights("train")
+    assert torch.equal(open_zoo(repo_id, "syn").split_weights("train").to_tensor(), _fast_path(synthetic_root))

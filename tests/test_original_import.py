@@ -214,3 +214,67 @@ def test_file_names_are_parsed() -> None:
     for bad in ("ab_12_50_9486.pt", "ab12cd34_last_9486.pt", "ab12cd34_50_0.94.pt"):
         with pytest.raises(ZooFormatError, match="not <run>_<epoch>_<acc>.pt"):
             parse_checkpoint_name(bad)
+
+
+def test_a_changed_source_is_converted_again(tmp_path: Path, stz_home: Path, release) -> None:
+    """A part is kept on a rerun only while the files it was converted from are unchanged."""
+    def stop_after_two_parts(done: int, total: int) -> None:
+        if done == 12:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1,
+                        progress=stop_after_two_parts)
+    first = sorted(release.weights)[0]
+    path = next((tmp_path / "unpacked").rglob(first))
+    torch.save({k: v if "pos_embedding" in k else v + 1.0 for k, v in torch.load(path, weights_only=True).items()},
+               path)
+    resumed = import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1)
+    fresh = import_original(tmp_path / "unpacked", tmp_path / "fresh", "c", part_size=6, workers=1)
+    assert resumed.parts_kept == 1 and _shard_hashes(resumed.manifest) == _shard_hashes(fresh.manifest)
+
+
+@pytest.mark.parametrize("tensor, kind", [(torch.zeros(2, dtype=torch.complex64), "complex64"),
+                                          (torch.zeros(2, dtype=torch.bfloat16), "bfloat16"),
+                                          (torch.zeros(2, 2).to_sparse(), "sparse_coo")])
+def test_tensors_the_zoo_does_not_store_are_refused(tmp_path: Path, stz_home: Path, release, tensor: torch.Tensor,
+                                                    kind: str) -> None:
+    first = sorted(release.weights)[0]
+    path = next((tmp_path / "unpacked").rglob(first))
+    state = torch.load(path, weights_only=True)
+    name = next(iter(state))
+    torch.save({**state, name: tensor}, path)
+    with pytest.raises(ZooFormatError, match=f"{first}: tensor {name!r} is .*{kind}"):
+        import_original(tmp_path / "unpacked", tmp_path / "out", "c", workers=1)
+
+
+def test_a_zip_member_larger_than_a_checkpoint_is_refused_before_it_is_read(tmp_path: Path, stz_home: Path,
+                                                                           release) -> None:
+    archive = tmp_path / "bomb.zip"
+    first = sorted(release.weights)[0]
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(release.top.rglob("*")):
+            if path.is_file() and path.name != first:
+                zf.write(path, path.relative_to(release.top.parent).as_posix())
+        member = next(release.top.rglob(first)).relative_to(release.top.parent).as_posix()
+        with zf.open(member, "w", force_zip64=True) as handle:  # 1 GiB of zeros: a few MB zipped
+            for _ in range(1024):
+                handle.write(bytes(1 << 20))
+    assert archive.stat().st_size < 10 << 20
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ZooFormatError, match=f"{first}: declares 1,073,741,824 bytes, more than the"):
+        import_original(archive, tmp_path / "out", "c", workers=1)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000, "no gigabyte was read"
+
+
+def test_an_import_killed_after_its_zoo_was_in_place_finishes_its_cleanup(tmp_path: Path, stz_home: Path,
+                                                                         release) -> None:
+    done = import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1)
+    work = tmp_path / "out" / "c" / ".import"
+    (work / "parts").mkdir(parents=True)  # what a kill between the manifest's rename and the cleanup leaves
+    (work / "plan.json").write_text(json.dumps({"release_csv_sha256": done.manifest["provenance"]["release_csv_sha256"],
+                                                "part_size": 6, "architecture": done.manifest["architecture"]}))
+    again = import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1)
+    assert again.manifest == done.manifest and not work.exists()

@@ -49,7 +49,7 @@ def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, r
         location = replace(location, revision=commit)
     else:
         configs = [location.config]
-    return [Zoo.open(_fetch(replace(location, config=c), token), c, verify=verify) for c in configs]
+    return [CachedZoo.open(_fetch(replace(location, config=c), token), c, verify=verify) for c in configs]
 
 
 def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
@@ -81,6 +81,29 @@ def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, l
     if not configs:
         raise ZooFormatError(repo_id, "the Hub dataset repo holds no zoo config (no <config>/zoo.json)")
     return commit, configs
+
+
+class CachedZoo(Zoo):
+    """A zoo read from the Hugging Face cache (`open_zoo` of a Hub repo): a file that fails its check is removed
+    from the cache, as `load_dataset` does, so the next open downloads it again."""
+
+    def _evicting(self, read: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return read(*args, **kwargs)
+        except ZooFormatError as exc:
+            if evict_from_hub_cache(exc.path, self.dir.parent):
+                raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the next "
+                                               f"open downloads it again") from None
+            raise
+
+    def metadata(self, split: str) -> Any:
+        return self._evicting(super().metadata, split)
+
+    def split_weights(self, split: str, verify: Verify | None = None) -> Any:
+        return self._evicting(super().split_weights, split, verify)
+
+    def extras(self, verify: Verify | None = None) -> Any:
+        return self._evicting(super().extras, verify)
 
 
 def _fetch(location: ZooLocation, token: Any) -> Path:
@@ -135,7 +158,8 @@ def evict_from_hub_cache(path: str | None, snapshot: Path) -> bool:
 
 def streaming_root(location: ZooLocation, token: Any = None) -> str:
     """`hf://` root pinned to the commit the revision points at now, so one stream never mixes two commits."""
-    sha = HfApi().dataset_info(location.repo_id, revision=location.revision, token=token).sha
+    with hub_errors("finding the commit to stream from", f"{location.repo_id}@{location.revision or 'main'}"):
+        sha = HfApi().dataset_info(location.repo_id, revision=location.revision, token=token).sha
     return f"hf://datasets/{location.repo_id}@{quote(sha or location.revision or 'main', safe='')}"
 
 

@@ -123,7 +123,11 @@ def write_root_card(root: str | os.PathLike[str], repo_id: str | None = None) ->
     most a few MB: never a link, a FIFO or a device)."""
     root = Path(root)
     readme = root / "README.md"
-    existing = read_regular_text(readme, CARD_LIMIT)
+    try:
+        existing = read_regular_text(readme, CARD_LIMIT)
+    except ValueError as exc:  # a FIFO, a link or a huge file: never waited on, followed or read whole
+        log.warning("%s; leaving it alone", exc)
+        return
     if existing is not None and GENERATED_MARK not in existing:
         log.warning("%s was not written by small-transformer-zoo; leaving it alone", readme)
         return

@@ -80,6 +80,7 @@ class HubServer:
         self.fail_next_commit = False
         self.discussions: dict[str, list[dict[str, Any]]] = {}  # repo id -> pull requests, number i at index i-1
         self.corrupt_once: set[str] = set()  # "repo/path": the next GET of it has one byte flipped (a bad transfer)
+        self.fail_with: dict[str, int] = {}  # "repo/path": every GET of it is answered with this error status
         self.cut_short: set[str] = set()  # "repo/path": every GET of it sends half the bytes it announced, then stalls
         self.stall_seconds = 30.0
         self._snapshots = 0
@@ -250,6 +251,8 @@ class HubServer:
                 headers["Content-Length"] = str(stop - start)
                 if head:
                     return self._send(status, b"", headers, head=True)
+                if f"{repo_id}/{name}" in server.fail_with:
+                    return self._error(server.fail_with[f"{repo_id}/{name}"], "InternalError", "test fault", False)
                 with open(path, "rb") as handle:
                     handle.seek(start)
                     body = handle.read(stop - start)
