@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.hub.hf_builder import read_row_runs
@@ -76,3 +78,68 @@ def test_bad_filters_are_clear_errors(synthetic_root: Path) -> None:
     empty, _ = zoo.weight_space("train", where={"optimizer": "none-such"})
     assert empty.to_params().shape == (0, zoo.spec.n_params)
     assert load_dataset(str(synthetic_root), "syn", split="train", where={"optimizer": "none-such"}).num_rows == 0
+
+
+COLUMN_VALUES = {
+    "optimizer": ["sgd", "sgd_momentum", "adam", "rmsprop"],
+    "epoch": [1, 5, 10],
+    "dropout": [0.0, 0.05, 0.1, 0.15, 0.2],
+    "is_best": [True, False],
+}
+filters = st.fixed_dictionaries({}, optional={
+    "where": st.dictionaries(st.sampled_from(sorted(COLUMN_VALUES)), st.one_of(
+        st.sampled_from(["eq"]), st.sampled_from(["in"])), max_size=2),
+    "min_accuracy": st.floats(0.0, 0.9).map(lambda v: round(v, 2)),
+    "max_accuracy": st.floats(0.3, 1.0).map(lambda v: round(v, 2)),
+    "epochs": st.lists(st.sampled_from([1, 5, 10]), min_size=1, max_size=2, unique=True),
+    "best_only": st.booleans(),
+    "include_diverged": st.booleans(),
+    "distinct": st.booleans(),
+})
+
+
+def _concrete(drawn: dict, data: st.DataObject) -> dict:
+    """The drawn filter with its `where` values chosen (equality or membership per column)."""
+    out = {k: v for k, v in drawn.items() if k != "where"}
+    where = {}
+    for column, kind in drawn.get("where", {}).items():
+        values = COLUMN_VALUES[column]
+        where[column] = (data.draw(st.sampled_from(values)) if kind == "eq" else
+                         data.draw(st.lists(st.sampled_from(values), min_size=1, max_size=3, unique=True)))
+    if where:
+        out["where"] = where
+    return out
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=filters, data=st.data())
+def test_one_selection_rule_on_every_read_path(drawn: dict, data: st.DataObject, synthetic_root: Path,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Drawn filters give the same checkpoints, in the same order, with the same bytes, on the fast path,
+    through `load_dataset` (prepared and streaming) and in the benchmark's data loader."""
+    from nfn_baselines.bench_data import _read_split
+    from nfn_baselines.targets import get_target
+
+    selection = _concrete(drawn, data)
+    zoo = Zoo.open(synthetic_root, "syn")
+    weights, meta = zoo.weight_space("train", **selection)
+    ids = meta.column("checkpoint_id").to_pylist()
+    params = weights.to_params()
+    cache = str(tmp_path_factory.mktemp("cache"))
+    loaded = load_dataset(str(synthetic_root), "syn", split="train", cache_dir=cache, **selection).with_format("torch")
+    streamed = list(load_dataset(str(synthetic_root), "syn", split="train", streaming=True, **selection))
+    assert list(loaded["checkpoint_id"]) == [r["checkpoint_id"] for r in streamed] == ids
+    if ids:
+        assert torch.equal(loaded[:]["params"], params)
+        assert torch.equal(torch.stack([torch.as_tensor(r["params"]) for r in streamed]), params)
+    bench_where = dict(selection.get("where", {}))  # the benchmark's loader takes `where`: the shorthands as it
+    shorthands = {"test_accuracy": (selection.get("min_accuracy"), selection.get("max_accuracy"))
+                  if {"min_accuracy", "max_accuracy"} & set(selection) else None,
+                  "epoch": selection.get("epochs"), "is_best": True if selection.get("best_only") else None}
+    if any(k in bench_where for k, v in shorthands.items() if v is not None) or \
+            selection.get("include_diverged") or selection.get("distinct") is False:
+        return
+    bench_where |= {k: v for k, v in shorthands.items() if v is not None}
+    split = _read_split(zoo, "train", bench_where, get_target("test_accuracy"))
+    assert split.metadata.column("checkpoint_id").to_pylist() == ids
+    assert torch.equal(split.params, params)
