@@ -27,7 +27,7 @@ DATA_SEED = 0
 
 @dataclass
 class TaskData:
-    """Inputs (float32 images [N, 1, 28, 28] normalised, or int64 token ids [N, L]) and int64 labels per split."""
+    """Inputs (float32 images [N, C, H, W] normalised, or int64 token ids [N, L]) and int64 labels per split."""
 
     modality: str
     num_classes: int

@@ -1,4 +1,6 @@
-"""Training a group of runs together (the vectorized trainer) and one run alone (the plain PyTorch baseline).
+"""The vectorized trainer: a group of runs that share an optimizer trained together (`train_group`), in parts: the
+step, the evaluation, and the bookkeeping of each run's best epoch; and many groups on a machine's cores or one
+accelerator (`train_groups`). The plain one-run-at-a-time trainer it is checked against is `builders.reference`.
 
 Each run draws every random number (initialisation, its training subset, batch order, crop offsets, dropout) from
 its own generator, seeded by its run id, so a run's result does not depend on which runs share its group.

@@ -29,7 +29,8 @@ from .weight_stack import BlockStack
 
 
 def head_sums(x: BlockStack) -> tuple[torch.Tensor, torch.Tensor]:
-    """sum_i QK_i and sum_i VO_i, [B, n, C, D, D], each divided by sqrt(h * D_k); one matmul each."""
+    """sum_i QK_i and sum_i VO_i, [B, n, C, D, D], each divided by h * D_k (a mean over heads and head
+    dimensions); one matmul each."""
     wq, wk, wv, wo = x["W_q"], x["W_k"], x["W_v"], x["W_o"]
     *lead, h, d, dk = wq.shape
     scale = 1.0 / (h * dk)

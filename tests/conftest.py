@@ -40,6 +40,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the loopback Hub is marked `hub` (select or deselect them with -m)."""
+    for item in items:
+        if "hub" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.hub)
+
+
 @pytest.fixture
 def hub() -> HubServer:
     HUB.requests.clear()

@@ -311,6 +311,8 @@ def test_bad_build_input_fails_before_training(tiny_build: Path, tmp_path: Path)
     assert json.loads((other / "mnist-tiny" / "zoo.json").read_text()) == manifest
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_ray_build_on_a_local_instance_makes_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'small-transformer-zoo[ray]')")
     from builders.distributed import ray_executor

@@ -2,7 +2,7 @@
 
 Why packed rather than one stacked tensor per parameter name: a checkpoint is then one contiguous byte range,
 so a single HTTP range request fetches it from the Hub, and a whole split is one memory-mapped matrix per shard
-(see `benchmarks/bench_shard_layout.py` and FORMAT in README.md for the measurement). Names, shapes and offsets
+(see `benchmarks/bench_shard_layout.py` and README.md, "The format", for the measurement). Names, shapes and offsets
 live in the safetensors `__metadata__` (and in zoo.json), so a shard still describes itself.
 """
 

@@ -38,7 +38,8 @@ class ZooWriter:
     """Write one zoo config (`<root>/<config>/`); use as a context manager or call `close()`.
 
     Rows go to the split of their run (`assign_split`); each split's rows fill shards of `shard_size`
-    checkpoints named `weights/<split>-<index>.safetensors`, so one split is a short list of whole files.
+    checkpoints named `weights/<split>-<index>-<h>.safetensors` (`<h>`: the start of the file's sha256), so one
+    split is a short list of whole files.
     """
 
     def __init__(
