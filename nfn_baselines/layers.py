@@ -19,6 +19,7 @@ All blocks are computed at once, each with its own parameters, and heads enter o
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -47,11 +48,66 @@ def _norm_sum(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 
 def invariant_features(x: BlockStack, qk: torch.Tensor, vo: torch.Tensor) -> torch.Tensor:
     """`s`: [B, n, C * F] with F = D^2 + 3 D + 2."""
-    wa, wb = x["W_A"], x["W_B"]
-    parts = [qk.flatten(-2), _norm_sum(vo, (-1,)), _norm_sum(wa, (-2, -1))[..., None], _norm_sum(wb, (-2,)),
-             _norm_sum(x["b_A"], (-1,))[..., None], x["b_B"]]
-    s = torch.cat(parts, dim=-1)
-    return s.flatten(-2)
+    return feature_vector(qk, vo, _norm_sum(x["W_A"], (-2, -1)), _norm_sum(x["W_B"], (-2,)),
+                          _norm_sum(x["b_A"], (-1,)), x["b_B"])
+
+
+def feature_vector(qk: torch.Tensor, vo: torch.Tensor, wa_mean: torch.Tensor, wb_column_means: torch.Tensor,
+                   ba_mean: torch.Tensor, bb: torch.Tensor) -> torch.Tensor:
+    """The invariant features from their parts (each [B, n, C, ...]): [B, n, C * F]."""
+    parts = [qk.flatten(-2), _norm_sum(vo, (-1,)), wa_mean[..., None], wb_column_means, ba_mean[..., None], bb]
+    return torch.cat(parts, dim=-1).flatten(-2)
+
+
+class _ReluMeanOfGridSum(torch.autograd.Function):
+    """mean over (j, k) of relu(rows[j] + columns[k] + scale * base[j, k]). rows [..., J], columns [..., K], scale
+    broadcast to [...], base broadcast to [..., J, K] (no gradient: the input weights). The output is a mean, so
+    its gradient is one number per grid: the forward pass keeps, instead of the grid, only how many of each row's
+    and column's entries are positive and the sum of `base` over the positive ones, and the backward pass is then
+    a few small products."""
+
+    @staticmethod
+    def forward(ctx: Any, rows: torch.Tensor, columns: torch.Tensor, scale: torch.Tensor,
+                base: torch.Tensor) -> torch.Tensor:
+        grid = rows[..., :, None] + columns[..., None, :]
+        grid.addcmul_(scale[..., None, None], base)
+        positive = (grid > 0).to(grid.dtype)
+        ctx.save_for_backward(positive.sum(-1), positive.sum(-2), (positive * base).sum((-2, -1)))
+        ctx.count, ctx.scale_shape = grid.shape[-1] * grid.shape[-2], scale.shape
+        return grid.clamp_(min=0).mean((-2, -1))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        per_row, per_column, base_sum = ctx.saved_tensors
+        each = grad / ctx.count
+        grad_scale = _sum_to(each * base_sum, ctx.scale_shape) if ctx.needs_input_grad[2] else None
+        return each[..., None] * per_row, each[..., None] * per_column, grad_scale, None
+
+
+class _ReluRowMean(torch.autograd.Function):
+    """mean over rows a of relu(grid[a, k] + shift[k]): grid [..., A, K], shift [..., K]; keeps only the sign
+    mask for the backward pass (one byte an element) and each column's count of positive entries."""
+
+    @staticmethod
+    def forward(ctx: Any, grid: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        moved = grid + shift[..., None, :]
+        mask = moved > 0
+        ctx.save_for_backward(mask, mask.sum(-2, dtype=grid.dtype))
+        return moved.clamp_(min=0).mean(-2)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask, per_column = ctx.saved_tensors
+        each = grad / mask.shape[-2]
+        return mask * each[..., None, :], each * per_column
+
+
+def _sum_to(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """`tensor` summed over the dimensions that broadcasting expanded from `shape`."""
+    lead = tensor.dim() - len(shape)
+    out = tensor.sum(tuple(range(lead))) if lead else tensor
+    dims = tuple(i for i, size in enumerate(shape) if size == 1 and out.shape[i] != 1)
+    return out.sum(dims, keepdim=True) if dims else out
 
 
 def output_index_features(x: BlockStack, vo: torch.Tensor) -> torch.Tensor:
@@ -163,6 +219,39 @@ class EquivariantLayer(nn.Module):
                + torch.einsum("nec,bnchv->bnehv", self.o_mix[:, 0], _norm_sum(wo, (-1,)))[..., None])
         return BlockStack({"W_q": qkv[0], "W_k": qkv[1], "W_v": qkv[2], "W_o": w_o, **self._mlp_outputs(x, qk, vo)})
 
+    def forward_invariant_features(self, x: BlockStack) -> torch.Tensor:
+        """The invariant features (`invariant_features`) of ReLU(this layer's output) for one input channel,
+        without forming any output tensor whole: the attention head sums come from the input's
+        (`forward_head_sums`), and the means of the ReLU'd MLP tensors from fused sums that keep only sign masks
+        for the backward pass. The same function as `invariant_features` of the mapped output, to round-off."""
+        if self.in_channels != 1:
+            raise ValueError("forward_invariant_features takes one input channel; use forward")
+        d = self.spec.d_model
+        qk, vo = head_sums(x)
+        qk_out, vo_out = self._head_sums_out(qk, vo)
+        s = invariant_features(x, qk, vo)
+        o_feats, a_feats = output_index_features(x, vo), hidden_index_features(x)
+        s_out = torch.einsum("bnf,nfeo->bneo", s, self.s_weight)
+        a_wa = torch.einsum("bnaf,nfe->bnea", a_feats, self.a_weight[..., 0])
+        a_ba = torch.einsum("bnaf,nfe->bnea", a_feats, self.a_weight[..., 1])
+        # The hidden-index terms of W_B' laid out as the contraction leaves them ([n, B, DA, e, D]: no copy to
+        # another layout, forward or backward); their ReLU'd mean over hidden units is all the features need.
+        a_wb = torch.einsum("bnaf,nfeo->nbaeo", a_feats, self.a_weight[..., 2:])
+        o_out = torch.einsum("bnjf,nfe->bnej", o_feats, self.o_weight)
+        rows = o_out + (s_out[..., 0] + self.wa_bias)[..., None]
+        wa_mean = _ReluMeanOfGridSum.apply(rows, a_wa, self.wa_identity[None, :, :, 0], x["W_A"])
+        shift = (s_out[..., 2 : 2 + d] + self.wb_bias).transpose(0, 1)           # [n, B, e, D]
+        wb_means = _ReluRowMean.apply(a_wb.flatten(-2), shift.flatten(-2)).view(shift.shape).transpose(0, 1)
+        ba_mean = torch.relu(s_out[..., 1, None] + a_ba + self.ba_bias[..., None]).mean(-1)
+        bb = torch.relu(s_out[..., 2 + d :] + self.bb_bias)
+        return feature_vector(qk_out, vo_out, wa_mean, wb_means, ba_mean, bb)
+
+    def _head_sums_out(self, qk: torch.Tensor, vo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """QK' and VO' of the output from the input's head sums (one input channel; `forward_head_sums`)."""
+        phi_q, phi_k, phi_v = self.qkv[:, 0, :, 0], self.qkv[:, 1, :, 0], self.qkv[:, 2, :, 0]   # [n, e, D, D]
+        m0, m1 = self.o_mix[:, 0, :, 0, None, None], self.o_mix[:, 1, :, 0, None, None]        # [n, e, 1, 1]
+        return phi_q @ qk @ phi_k.transpose(-1, -2), phi_v @ (m1 * vo + m0 * vo.mean(-1, keepdim=True))
+
     def forward_head_sums(self, x: BlockStack) -> tuple[BlockStack, torch.Tensor, torch.Tensor]:
         """The output's MLP tensors and its head sums QK' and VO' (as `head_sums` of the full output gives them),
         without forming W_q', W_k', W_v', W_o': all an invariant layer reads of them, for one input channel.
@@ -172,10 +261,7 @@ class EquivariantLayer(nn.Module):
         if self.in_channels != 1:
             raise ValueError("forward_head_sums takes one input channel; use forward")
         qk, vo = head_sums(x)                                    # [B, n, 1, D, D]
-        phi_q, phi_k, phi_v = self.qkv[:, 0, :, 0], self.qkv[:, 1, :, 0], self.qkv[:, 2, :, 0]   # [n, e, D, D]
-        qk_out = phi_q @ qk @ phi_k.transpose(-1, -2)           # [B, n, e, D, D]
-        m0, m1 = self.o_mix[:, 0, :, 0, None, None], self.o_mix[:, 1, :, 0, None, None]        # [n, e, 1, 1]
-        vo_out = phi_v @ (m1 * vo + m0 * vo.mean(-1, keepdim=True))
+        qk_out, vo_out = self._head_sums_out(qk, vo)             # [B, n, e, D, D]
         return BlockStack(self._mlp_outputs(x, qk, vo)), qk_out, vo_out
 
 
@@ -195,9 +281,10 @@ class InvariantLayer(nn.Module):
                 view[:, :, start : start + size].normal_(0.0, math.sqrt(2.0 / (in_channels * size * 6)))
                 start += size
 
-    def forward(self, x: BlockStack, heads: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """`heads`: the head sums (QK, VO) of `x` where they are known already (`forward_head_sums`)."""
-        qk, vo = heads if heads is not None else head_sums(x)
-        s = invariant_features(x, qk, vo)
-        out = torch.einsum("bnf,nfe->bne", s, self.weight) + self.bias
-        return out.flatten(1)
+    def forward(self, x: BlockStack) -> torch.Tensor:
+        qk, vo = head_sums(x)
+        return self.forward_features(invariant_features(x, qk, vo))
+
+    def forward_features(self, s: torch.Tensor) -> torch.Tensor:
+        """The layer on its input's invariant features `s` [B, n, C * F] (`invariant_features`)."""
+        return (torch.einsum("bnf,nfe->bne", s, self.weight) + self.bias).flatten(1)

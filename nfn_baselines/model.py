@@ -63,10 +63,9 @@ class TransformerNFNEncoder(nn.Module):
             stack = layer(stack).map_mlp(torch.relu)
         if last.in_channels != 1:
             return self.invariant(last(stack).map_mlp(torch.relu))
-        # One input channel (the paper's single layer): the invariant layer reads only the head sums of the
-        # attention tensors, which the last layer gives without forming them (`forward_head_sums`).
-        mlp_tensors, qk, vo = last.forward_head_sums(stack)
-        return self.invariant(mlp_tensors.map_mlp(torch.relu), (qk, vo))
+        # One input channel (the paper's single layer): the invariant layer reads only summaries of the last
+        # layer's output, which that layer gives without forming the output (`forward_invariant_features`).
+        return self.invariant.forward_features(last.forward_invariant_features(stack))
 
 
 class TransformerNFN(nn.Module):

@@ -136,3 +136,24 @@ def test_mismatched_inputs_are_named() -> None:
         model(weights)
     with pytest.raises(ValueError, match="components"):
         TransformerNFN(ZOO, components=("decoder",))
+
+
+def test_the_single_layer_encoder_shortcut_is_the_full_computation() -> None:
+    """With one equivariant layer, the encoder reads only summaries of its output, computed without forming it
+    (fused sums that keep sign masks); outputs and every parameter's gradient equal the full computation's."""
+    torch.manual_seed(0)
+    model = TransformerNFN(ZOO).double()
+    stack = random_stack(ZOO, 5, 1, 11)
+    weight = torch.randn(5, ZOO.num_blocks * 10, dtype=torch.float64)
+
+    def run(encode) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        out = encode(stack)
+        (out * weight).sum().backward()
+        return out.detach(), {n: p.grad.clone() for n, p in model.encoder.named_parameters()}
+
+    fast, fast_grads = run(model.encoder)
+    full, full_grads = run(lambda s: model.encoder.invariant(model.encoder.equivariant(s)))
+    assert torch.allclose(fast, full, rtol=1e-12, atol=1e-14)
+    for name in full_grads:
+        assert torch.allclose(fast_grads[name], full_grads[name], rtol=1e-10, atol=1e-14), name
