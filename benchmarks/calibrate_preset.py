@@ -20,7 +20,7 @@ import common  # noqa: F401  (puts the project on sys.path)
 import numpy as np
 
 from builders.build import load_task_data
-from builders.grid import HYPER_ORDER, PRESETS, full_grid, groups, stratified_sample, sweep_sample
+from builders.grid import HYPER_ORDER, PRESETS, checkpoint_epochs, full_grid, groups, stratified_sample, sweep_sample
 from builders.tasks import get_task
 from builders.trainer import Recipe, train_groups
 from small_transformer_zoo.devices import usable_cores
@@ -60,13 +60,19 @@ def main() -> None:
     started = time.perf_counter()
     last: dict[str, float] = {}
     best: dict[str, float] = {}
-    recipe = Recipe(preset.epochs, (preset.epochs,), preset.batch_size, preset.augment)
+    recipe = Recipe(preset.epochs, tuple(checkpoint_epochs(preset.epochs, preset.every_epoch)), preset.batch_size,
+                    preset.augment)
+    every: list[float] = []
     for _, checkpoints, _ in train_groups(todo, data, spec, recipe, "cpu", workers):
         for c in checkpoints:
-            (best if c.is_best else last)[c.run.run_id] = c.metrics["test_accuracy"]
+            every.append(c.metrics["test_accuracy"])
+            if c.is_best or c.epoch == preset.epochs:
+                (best if c.is_best else last)[c.run.run_id] = c.metrics["test_accuracy"]
     seconds = time.perf_counter() - started
     print(f"trained in {seconds / 60:.2f} min: {seconds / len(runs):.2f} s a run; {args.project} runs: "
           f"{seconds / len(runs) * args.project / 60:.0f} min")
+    print(f"stored      {summary(every)} ({len(every)} checkpoints at epochs {list(recipe.checkpoint_epochs)} and "
+          f"the best)")
     print(f"last epoch  {summary(list(last.values()))}")
     print(f"best epoch  {summary(list(best.values()))}")
     by_run = {r.run_id: r for r in runs}

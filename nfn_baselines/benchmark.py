@@ -121,7 +121,8 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
 def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,
                      seeds: list[int], n_jobs: int) -> list[Fit]:
     """Tree and floor models: one fit per seed, or one for all seeds when the predictor ignores its seed."""
-    if data.target.kind == "classification" and not predictor.classifies:
+    if (data.target.kind == "classification" and not predictor.classifies) or \
+            set(predictor.reads) & set(data.target.columns):  # not defined: it would read the target itself
         nan = {s: np.full((len(condition.splits[s]), data.target.outputs), np.nan) for s in SPLITS}
         return [Fit(nan, {}, float("nan")) for _ in seeds]
     fits: list[Fit] = []

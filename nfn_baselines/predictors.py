@@ -63,6 +63,7 @@ class Predictor:
     invariant: bool = False
     classifies: bool = True  # it can predict a class target
     ranks_only: bool = False  # its values order checkpoints but are not in the target's unit (no R^2, no L1)
+    reads: tuple[str, ...] = ()  # metadata columns it predicts from: it is not defined for a target made of them
 
     def __post_init__(self) -> None:
         if (self.kind == "neural") != (self.build is not None) or (self.kind != "neural") != (self.fit is not None):
@@ -156,7 +157,7 @@ register_predictor(Predictor(
     fit=_floor("l2_norm"), seeded=False, classifies=False, ranks_only=True))
 register_predictor(Predictor(
     "epoch", "floor", "floor: the checkpoint's epoch, no weights (its sign chosen on the training split)",
-    fit=_floor("epoch"), seeded=False, classifies=False, ranks_only=True))
+    fit=_floor("epoch"), seeded=False, classifies=False, ranks_only=True, reads=("epoch",)))
 register_predictor(Predictor(
     "hyperparameters", "floor", "floor: LightGBM on the run's hyperparameters and the checkpoint's epoch, no "
     "weights (the target's own columns left out)", fit=_floor("hyperparameters"), seeded=False))

@@ -86,7 +86,7 @@ def test_the_card_carries_its_citation_and_whole_zoo_statistics(tmp_path: Path) 
     whole = f"{min(values):.3f} / {np.median(values):.3f} / {max(values):.3f}"
     assert f"| {whole} |" in card.text
     test = zoo.metadata("test").column("test_accuracy").to_pylist()
-    assert f"| `alpha` | test | " in card.text and f"{np.median(test):.3f}" in card.text
+    assert "| `alpha` | test | " in card.text and f"{np.median(test):.3f}" in card.text
 
 
 def test_the_cards_fields_table_describes_every_parquet_column(zoo_copy: Path) -> None:

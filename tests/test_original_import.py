@@ -170,9 +170,8 @@ def test_rows_that_disagree_with_their_file_name_are_refused(tmp_path: Path, stz
         import_original(tmp_path / "unpacked", tmp_path / "out", "c")
 
 
-def test_killed_import_resumes_to_the_same_zoo(tmp_path: Path, stz_home: Path, release) -> None:
-    fresh = import_original(tmp_path / "unpacked", tmp_path / "fresh", "c", part_size=6, workers=2)
-
+def _import_two_parts_then_stop(tmp_path: Path) -> None:
+    """An import into `tmp_path / "out"` killed after its first two parts of 6 checkpoints."""
     def stop_after_two_parts(done: int, total: int) -> None:
         if done == 12:
             raise KeyboardInterrupt
@@ -180,6 +179,12 @@ def test_killed_import_resumes_to_the_same_zoo(tmp_path: Path, stz_home: Path, r
     with pytest.raises(KeyboardInterrupt):
         import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1,
                         progress=stop_after_two_parts)
+
+
+def test_killed_import_resumes_to_the_same_zoo(tmp_path: Path, stz_home: Path, release) -> None:
+    fresh = import_original(tmp_path / "unpacked", tmp_path / "fresh", "c", part_size=6, workers=2)
+
+    _import_two_parts_then_stop(tmp_path)
     parts = sorted((tmp_path / "out" / "c" / ".import" / "parts").glob("*.safetensors"))
     assert [p.name for p in parts] == ["00000.safetensors", "00001.safetensors"]
     parts[1].write_bytes(parts[1].read_bytes()[:100])  # a damaged part is converted again
@@ -218,13 +223,7 @@ def test_file_names_are_parsed() -> None:
 
 def test_a_changed_source_is_converted_again(tmp_path: Path, stz_home: Path, release) -> None:
     """A part is kept on a rerun only while the files it was converted from are unchanged."""
-    def stop_after_two_parts(done: int, total: int) -> None:
-        if done == 12:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1,
-                        progress=stop_after_two_parts)
+    _import_two_parts_then_stop(tmp_path)
     first = sorted(release.weights)[0]
     path = next((tmp_path / "unpacked").rglob(first))
     torch.save({k: v if "pos_embedding" in k else v + 1.0 for k, v in torch.load(path, weights_only=True).items()},
