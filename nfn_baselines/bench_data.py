@@ -30,6 +30,8 @@ from .protocols import PAPER_EPOCH_SHARE, PROTOCOLS
 from .targets import Target, get_target
 
 PREPROCESSING = ("none", "standardize", "canonical", "both")
+# The fewest checkpoints per split a condition is trained on: a model, an epoch picked on validation, a tau.
+MIN_CHECKPOINTS = {"train": 4, "validation": 2, "test": 2}
 
 
 @dataclass
@@ -64,6 +66,14 @@ class Condition:
     name: str
     splits: dict[str, SplitData]
     threshold: float | None = None
+
+    def shortfall(self) -> str | None:
+        """Why the models cannot be trained and scored on this condition (too few checkpoints left in a split
+        after a threshold's filter), or None."""
+        counts = {k: len(s) for k, s in self.splits.items()}
+        if all(counts[k] >= least for k, least in MIN_CHECKPOINTS.items()):
+            return None
+        return ", ".join(f"{k} {counts[k]}" for k in MIN_CHECKPOINTS)
 
 
 @dataclass

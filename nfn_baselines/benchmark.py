@@ -61,6 +61,7 @@ class BenchResult:
     trials: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     models: list[str] = field(default_factory=list)
     specs: dict[str, str] = field(default_factory=dict)                         # model -> registered predictor
+    skipped: dict[str, str] = field(default_factory=dict)                       # condition -> why not trained
 
 
 def model_specs(models: Sequence[str] | None = None, ablation: str | None = None) -> list[ModelSpec]:
@@ -99,10 +100,16 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
                          specs={m.name: m.predictor for m in models})
     trials = tuning_trials(epochs) if tune else tuning_trials(epochs)[:1]
     for condition in result.conditions:
+        if (shortfall := condition.shortfall()) is not None:
+            result.skipped[condition.name] = shortfall
         for model in models:
             predictor = get_predictor(model.predictor)
             key = (model.name, condition.name)
-            if predictor.kind == "neural":
+            if shortfall is not None:
+                result.fits[key] = _undefined_fits(condition, data, list(seeds))
+                if tune:
+                    result.untuned[key] = result.fits[key]
+            elif predictor.kind == "neural":
                 per_trial = _train_neural(predictor, model, condition, data, trials, list(seeds), device,
                                           settings or {})
                 scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
@@ -123,8 +130,7 @@ def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Conditio
     """Tree and floor models: one fit per seed, or one for all seeds when the predictor ignores its seed."""
     if (data.target.kind == "classification" and not predictor.classifies) or \
             set(predictor.reads) & set(data.target.columns):  # not defined: it would read the target itself
-        nan = {s: np.full((len(condition.splits[s]), data.target.outputs), np.nan) for s in SPLITS}
-        return [Fit(nan, {}, float("nan")) for _ in seeds]
+        return _undefined_fits(condition, data, seeds)
     fits: list[Fit] = []
     for seed in seeds if predictor.seeded else seeds[:1]:
         request = FitRequest(seed, n_jobs, condition.splits["train"], condition.splits["validation"], data.target,
@@ -135,6 +141,12 @@ def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Conditio
                         validation_score(predictions["validation"], condition.splits["validation"].target,
                                          data.target.loss)))
     return fits if predictor.seeded else fits * len(seeds)
+
+
+def _undefined_fits(condition: Condition, data: BenchData, seeds: list[int]) -> list[Fit]:
+    """NaN predictions for every split and seed: a model not defined for this target, or a condition too small."""
+    nan = {s: np.full((len(condition.splits[s]), data.target.outputs), np.nan) for s in SPLITS}
+    return [Fit(nan, {}, float("nan")) for _ in seeds]
 
 
 def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,

@@ -60,21 +60,24 @@ def feature_vector(qk: torch.Tensor, vo: torch.Tensor, wa_mean: torch.Tensor, wb
 
 
 class _ReluMeanOfGridSum(torch.autograd.Function):
-    """mean over (j, k) of relu(rows[j] + columns[k] + scale * base[j, k]). rows [..., J], columns [..., K], scale
-    broadcast to [...], base broadcast to [..., J, K] (no gradient: the input weights). The output is a mean, so
-    its gradient is one number per grid: the forward pass keeps, instead of the grid, only how many of each row's
-    and column's entries are positive and the sum of `base` over the positive ones, and the backward pass is then
-    a few small products."""
+    """mean over (j, k) of relu(rows[j] + columns[k] + scale * base[j, k]). rows [..., E, J], columns [..., E, K],
+    scale broadcast to [..., E], base [..., 1, J, K] shared over E (no gradient: the input weights). The mean and
+    its gradient need only how many of each row's and column's entries are positive and the sum of `base` over
+    the positive ones: the grid becomes its own sign mask in place, and the backward pass is a few small
+    products."""
 
     @staticmethod
     def forward(ctx: Any, rows: torch.Tensor, columns: torch.Tensor, scale: torch.Tensor,
                 base: torch.Tensor) -> torch.Tensor:
         grid = rows[..., :, None] + columns[..., None, :]
-        grid.addcmul_(scale[..., None, None], base)
-        positive = (grid > 0).to(grid.dtype)
-        ctx.save_for_backward(positive.sum(-1), positive.sum(-2), (positive * base).sum((-2, -1)))
+        positive = grid.addcmul_(scale[..., None, None], base).gt_(0)   # the grid's sign mask, in place
+        per_row, per_column = positive.sum(-1), positive.sum(-2)
+        base_sum = (positive.flatten(-2) @ base.flatten(-2).transpose(-1, -2)).squeeze(-1)
+        ctx.save_for_backward(per_row, per_column, base_sum)
         ctx.count, ctx.scale_shape = grid.shape[-1] * grid.shape[-2], scale.shape
-        return grid.clamp_(min=0).mean((-2, -1))
+        # The sum of the positive entries, term by term: rows[j] counted per_row[j] times, and so on.
+        total = (rows * per_row).sum(-1) + (columns * per_column).sum(-1) + scale * base_sum
+        return total / ctx.count
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -85,15 +88,17 @@ class _ReluMeanOfGridSum(torch.autograd.Function):
 
 
 class _ReluRowMean(torch.autograd.Function):
-    """mean over rows a of relu(grid[a, k] + shift[k]): grid [..., A, K], shift [..., K]; keeps only the sign
-    mask for the backward pass (one byte an element) and each column's count of positive entries."""
+    """mean over rows a of relu(grid[a, k] + shift[k]): grid [..., A, K], shift [..., K]. The shifted grid becomes
+    its own sign mask in place (a float mask: the backward product then needs no cast), kept for the backward
+    pass with each column's count of positive entries."""
 
     @staticmethod
     def forward(ctx: Any, grid: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-        moved = grid + shift[..., None, :]
-        mask = moved > 0
-        ctx.save_for_backward(mask, mask.sum(-2, dtype=grid.dtype))
-        return moved.clamp_(min=0).mean(-2)
+        moved = (grid + shift[..., None, :]).relu_()
+        out = moved.mean(-2)
+        mask = moved.gt_(0)
+        ctx.save_for_backward(mask, mask.sum(-2))
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,6 +113,19 @@ def _sum_to(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     out = tensor.sum(tuple(range(lead))) if lead else tensor
     dims = tuple(i for i, size in enumerate(shape) if size == 1 and out.shape[i] != 1)
     return out.sum(dims, keepdim=True) if dims else out
+
+
+def _left_then_right(left: torch.Tensor, middle: torch.Tensor, right: torch.Tensor | None) -> torch.Tensor:
+    """left[n, e] @ middle[b, n] (@ right[n, e]) for every b and e: [B, n, e, D, D]. The left product is one
+    matmul per block over all B (rows e and j, columns b and k); the right one is then a matmul per (n, e) over
+    rows (j, b) that the first leaves contiguous."""
+    n, e, d, _ = left.shape
+    b = middle.shape[0]
+    spread = middle.permute(1, 2, 0, 3).reshape(n, d, b * d)                       # [n, p, (b, k)]
+    out = (left.reshape(n, e * d, d) @ spread).view(n, e, d * b, d)                # [n, e, (j, b), k]
+    if right is not None:
+        out = out @ right                                                          # [n, e, (j, b), l]
+    return out.view(n, e, d, b, d).permute(3, 0, 1, 2, 4)
 
 
 def output_index_features(x: BlockStack, vo: torch.Tensor) -> torch.Tensor:
@@ -247,10 +265,14 @@ class EquivariantLayer(nn.Module):
         return feature_vector(qk_out, vo_out, wa_mean, wb_means, ba_mean, bb)
 
     def _head_sums_out(self, qk: torch.Tensor, vo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """QK' and VO' of the output from the input's head sums (one input channel; `forward_head_sums`)."""
+        """QK' and VO' of the output from the input's head sums (one input channel; `forward_head_sums`):
+        [B, n, e, D, D] each, computed as one large matmul per block and step instead of B * e small ones."""
         phi_q, phi_k, phi_v = self.qkv[:, 0, :, 0], self.qkv[:, 1, :, 0], self.qkv[:, 2, :, 0]   # [n, e, D, D]
-        m0, m1 = self.o_mix[:, 0, :, 0, None, None], self.o_mix[:, 1, :, 0, None, None]        # [n, e, 1, 1]
-        return phi_q @ qk @ phi_k.transpose(-1, -2), phi_v @ (m1 * vo + m0 * vo.mean(-1, keepdim=True))
+        m0, m1 = self.o_mix[:, 0, :, 0], self.o_mix[:, 1, :, 0]                                # [n, e]
+        qk_out = _left_then_right(phi_q, qk[:, :, 0], phi_k.transpose(-1, -2))
+        vo_cols = _left_then_right(phi_v, vo[:, :, 0], None)                                    # Phi_v VO
+        vo_mean = vo_cols.mean(-1, keepdim=True)                                               # Phi_v mean_q(VO)
+        return qk_out, vo_cols * m1[None, :, :, None, None] + vo_mean * m0[None, :, :, None, None]
 
     def forward_head_sums(self, x: BlockStack) -> tuple[BlockStack, torch.Tensor, torch.Tensor]:
         """The output's MLP tensors and its head sums QK' and VO' (as `head_sums` of the full output gives them),

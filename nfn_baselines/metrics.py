@@ -129,7 +129,8 @@ def bootstrap_tau(predicted: np.ndarray, true: np.ndarray, run_ids: Sequence[str
 def paired_difference(values_a: np.ndarray, values_b: np.ndarray, estimate_a: float,
                       estimate_b: float) -> dict[str, Any]:
     """The difference a - b of one metric of two models scored on the same resamples, with its 95% interval;
-    `tied` when the interval holds 0 (or is undefined)."""
+    `tied` when both estimates are defined and the interval holds 0 (or is undefined)."""
     low, high = percentile_interval(np.asarray(values_a) - np.asarray(values_b))
+    defined = math.isfinite(estimate_a) and math.isfinite(estimate_b)
     return {"estimate": estimate_a - estimate_b, "low": low, "high": high,
-            "tied": not (low > 0 or high < 0)}
+            "tied": defined and not (low > 0 or high < 0)}

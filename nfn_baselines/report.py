@@ -210,8 +210,10 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
              f"Each cell: mean over seeds [95% interval from {report.resamples} bootstrap resamples of the test runs, "
              f"seed {report.bootstrap_seed}]. Test split: {counts}.",
              f"Best: {report.best}; tied with it (paired interval of the difference holds 0): "
-             f"{', '.join(report.tied())}.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+             f"{', '.join(report.tied())}."]
+    lines += [f"Not trained at {name} (too few checkpoints left by the filter: {why})."
+              for name, why in result.skipped.items()]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, row in report.cells.items():
         versus = report.versus_best[model]
         if model == report.best:

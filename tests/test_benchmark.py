@@ -133,6 +133,18 @@ def test_the_paper_protocol_filters_then_trains_per_threshold(learnable_zoo: Pat
         load_bench_data(learnable_zoo, "learnable", epoch=2)
 
 
+def test_a_threshold_that_leaves_too_few_checkpoints_is_not_trained_and_says_so(learnable_zoo: Path) -> None:
+    data = load_bench_data(learnable_zoo, "learnable", protocol="paper", epoch=2)
+    top = float(data.splits["test"].accuracy.max())
+    result = run_benchmark(data, model_specs(["mlp", "lightgbm"]), [0], 2, (0.4, top))
+    assert set(result.skipped) == {f">={top:g}"}
+    report = score(result, (0.4, top), resamples=50)
+    assert np.isnan(report.cells["mlp"][f"tau@{top:g}"].estimate)
+    assert np.isfinite(report.cells["mlp"]["tau@0.4"].estimate)
+    assert f"Not trained at >={top:g} (too few checkpoints left by the filter: train" in render_markdown(
+        report, result, "learnable")
+
+
 def test_where_selects_as_the_fast_path_does(learnable_zoo: Path) -> None:
     from small_transformer_zoo import Zoo
 
