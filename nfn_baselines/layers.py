@@ -48,14 +48,14 @@ def _norm_sum(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 
 def invariant_features(x: BlockStack, qk: torch.Tensor, vo: torch.Tensor) -> torch.Tensor:
     """`s`: [B, n, C * F] with F = D^2 + 3 D + 2."""
-    return feature_vector(qk, vo, _norm_sum(x["W_A"], (-2, -1)), _norm_sum(x["W_B"], (-2,)),
+    return feature_vector(qk, _norm_sum(vo, (-1,)), _norm_sum(x["W_A"], (-2, -1)), _norm_sum(x["W_B"], (-2,)),
                           _norm_sum(x["b_A"], (-1,)), x["b_B"])
 
 
-def feature_vector(qk: torch.Tensor, vo: torch.Tensor, wa_mean: torch.Tensor, wb_column_means: torch.Tensor,
-                   ba_mean: torch.Tensor, bb: torch.Tensor) -> torch.Tensor:
+def feature_vector(qk: torch.Tensor, vo_row_means: torch.Tensor, wa_mean: torch.Tensor,
+                   wb_column_means: torch.Tensor, ba_mean: torch.Tensor, bb: torch.Tensor) -> torch.Tensor:
     """The invariant features from their parts (each [B, n, C, ...]): [B, n, C * F]."""
-    parts = [qk.flatten(-2), _norm_sum(vo, (-1,)), wa_mean[..., None], wb_column_means, ba_mean[..., None], bb]
+    parts = [qk.flatten(-2), vo_row_means, wa_mean[..., None], wb_column_means, ba_mean[..., None], bb]
     return torch.cat(parts, dim=-1).flatten(-2)
 
 
@@ -69,7 +69,8 @@ class _ReluMeanOfGridSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, rows: torch.Tensor, columns: torch.Tensor, scale: torch.Tensor,
                 base: torch.Tensor) -> torch.Tensor:
-        grid = rows[..., :, None] + columns[..., None, :]
+        shape = (*torch.broadcast_shapes(rows.shape[:-1], columns.shape[:-1]), rows.shape[-1], columns.shape[-1])
+        grid = torch.add(rows[..., :, None], columns[..., None, :], out=rows.new_empty(shape))   # contiguous
         positive = grid.addcmul_(scale[..., None, None], base).gt_(0)   # the grid's sign mask, in place
         per_row, per_column = positive.sum(-1), positive.sum(-2)
         base_sum = (positive.flatten(-2) @ base.flatten(-2).transpose(-1, -2)).squeeze(-1)
@@ -239,14 +240,14 @@ class EquivariantLayer(nn.Module):
 
     def forward_invariant_features(self, x: BlockStack) -> torch.Tensor:
         """The invariant features (`invariant_features`) of ReLU(this layer's output) for one input channel,
-        without forming any output tensor whole: the attention head sums come from the input's
-        (`forward_head_sums`), and the means of the ReLU'd MLP tensors from fused sums that keep only sign masks
+        without forming any output tensor whole: the attention summaries come from the input's head sums
+        (`_head_summaries_out`), and the means of the ReLU'd MLP tensors from fused sums that keep only sign masks
         for the backward pass. The same function as `invariant_features` of the mapped output, to round-off."""
         if self.in_channels != 1:
             raise ValueError("forward_invariant_features takes one input channel; use forward")
         d = self.spec.d_model
         qk, vo = head_sums(x)
-        qk_out, vo_out = self._head_sums_out(qk, vo)
+        qk_out, vo_rows_out = self._head_summaries_out(qk, vo)
         s = invariant_features(x, qk, vo)
         o_feats, a_feats = output_index_features(x, vo), hidden_index_features(x)
         s_out = torch.einsum("bnf,nfeo->bneo", s, self.s_weight)
@@ -262,29 +263,20 @@ class EquivariantLayer(nn.Module):
         wb_means = _ReluRowMean.apply(a_wb.flatten(-2), shift.flatten(-2)).view(shift.shape).transpose(0, 1)
         ba_mean = torch.relu(s_out[..., 1, None] + a_ba + self.ba_bias[..., None]).mean(-1)
         bb = torch.relu(s_out[..., 2 + d :] + self.bb_bias)
-        return feature_vector(qk_out, vo_out, wa_mean, wb_means, ba_mean, bb)
+        return feature_vector(qk_out, vo_rows_out, wa_mean, wb_means, ba_mean, bb)
 
-    def _head_sums_out(self, qk: torch.Tensor, vo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """QK' and VO' of the output from the input's head sums (one input channel; `forward_head_sums`):
-        [B, n, e, D, D] each, computed as one large matmul per block and step instead of B * e small ones."""
+    def _head_summaries_out(self, qk: torch.Tensor, vo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output's QK' [B, n, e, D, D] and the row means of its VO' [B, n, e, D] from the input's head sums,
+        without forming W_q', W_k', W_v', W_o' (one input channel).
+
+        With one input channel, W_q'^i = Phi_q W_q^i and W_k'^i = Phi_k W_k^i, so QK' = Phi_q QK Phi_k^T (one
+        large matmul per block and step instead of B * e small ones); and W_o'^i = m1 W_o^i + m0 mean_q(W_o^i) 1^T,
+        so VO' = Phi_v (m1 VO + m0 mean_q(VO) 1^T), whose row means are (m1 + m0) Phi_v mean_q(VO)."""
         phi_q, phi_k, phi_v = self.qkv[:, 0, :, 0], self.qkv[:, 1, :, 0], self.qkv[:, 2, :, 0]   # [n, e, D, D]
-        m0, m1 = self.o_mix[:, 0, :, 0], self.o_mix[:, 1, :, 0]                                # [n, e]
+        mix = self.o_mix[:, 0, :, 0] + self.o_mix[:, 1, :, 0]                                  # [n, e]
         qk_out = _left_then_right(phi_q, qk[:, :, 0], phi_k.transpose(-1, -2))
-        vo_cols = _left_then_right(phi_v, vo[:, :, 0], None)                                    # Phi_v VO
-        vo_mean = vo_cols.mean(-1, keepdim=True)                                               # Phi_v mean_q(VO)
-        return qk_out, vo_cols * m1[None, :, :, None, None] + vo_mean * m0[None, :, :, None, None]
-
-    def forward_head_sums(self, x: BlockStack) -> tuple[BlockStack, torch.Tensor, torch.Tensor]:
-        """The output's MLP tensors and its head sums QK' and VO' (as `head_sums` of the full output gives them),
-        without forming W_q', W_k', W_v', W_o': all an invariant layer reads of them, for one input channel.
-
-        With one input channel, W_q'^i = Phi_q W_q^i and W_k'^i = Phi_k W_k^i, so QK' = Phi_q QK Phi_k^T; and
-        W_o'^i = m1 W_o^i + m0 mean_q(W_o^i) 1^T, so VO' = Phi_v (m1 VO + m0 mean_q(VO) 1^T)."""
-        if self.in_channels != 1:
-            raise ValueError("forward_head_sums takes one input channel; use forward")
-        qk, vo = head_sums(x)                                    # [B, n, 1, D, D]
-        qk_out, vo_out = self._head_sums_out(qk, vo)             # [B, n, e, D, D]
-        return BlockStack(self._mlp_outputs(x, qk, vo)), qk_out, vo_out
+        vo_rows = torch.einsum("nejp,bnp->bnej", phi_v, _norm_sum(vo[:, :, 0], (-1,))) * mix[..., None]
+        return qk_out, vo_rows
 
 
 class InvariantLayer(nn.Module):
