@@ -10,7 +10,7 @@ weights side by side.
 - `a`, features per MLP hidden index a (moved by pi_A): column sum of W_A[:, a], W_B[a, :] (D), b_A[a].
 
 The outputs are then sums of broadcasts: W_A' = s-terms + o-terms[j] + a-terms[k] + identity, b_A' = s-terms +
-a-terms[k], W_B'[a, k] = s-terms[k] + a-terms[a, k], b_B' = s-terms[k], I = s-terms. Sums are divided by the
+a-terms[k], W_B'[a, k] = s-terms[k] + a-terms[a, k], b_B' = s-terms[k], I = s-terms. Sums are divided by
 their count (means; QK and VO by h D_k), so no feature exceeds the scale of its inputs, however correlated they
 become; each term gets an equal share of its output's variance at initialisation (`reset_parameters`).
 All blocks are computed at once, each with its own parameters, and heads enter only through sums over i.
