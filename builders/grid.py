@@ -55,7 +55,7 @@ PRESETS = {
                      selection="sweep", augment=False, every_epoch=True, max_validation_samples=2_000),
     "wide": Preset("wide", epochs=8, runs=1500, max_train_samples=3_600, group_size=15, batch_size=16,
                    augment=False, max_validation_samples=1_000),
-    "mini": Preset("mini", epochs=8, runs=136, max_train_samples=None, group_size=10, batch_size=16,
+    "mini": Preset("mini", epochs=6, runs=132, max_train_samples=None, group_size=10, batch_size=16,
                    selection="sweep", augment=False),
     "tiny": Preset("tiny", epochs=2, runs=20, max_train_samples=256, group_size=5),
 }

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("quickstart", help="the README's main job: build, load, learn from and plot a zoo")
     parser.add_argument("--out", type=Path, default=Path("stz-out"), help="zoo root (default ./stz-out)")
     parser.add_argument("--preset", default="mini", choices=("tiny", "mini"),
-                        help="zoo to build: mini (40 runs, minutes) or tiny (16 runs, seconds) (default: mini)")
+                        help="zoo to build: mini (132 runs, minutes) or tiny (20 runs, seconds) (default: mini)")
     parser.add_argument("--epochs", type=int, default=30,
                         help="training epochs of Transformer-NFN and the neural baselines (default: 30)")
     parser.add_argument("--device", default="auto", help="where the zoo and the neural models train: auto (CUDA when "

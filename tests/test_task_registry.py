@@ -11,7 +11,9 @@ import torch
 from sklearn.linear_model import Ridge
 
 import tests.color_task  # noqa: F401 - registers the task `color32`, as a task module in builders/tasks would
-from nfn_baselines.benchmark import load_bench_data, model_specs, run_benchmark
+from nfn_baselines.baselines import FittedTable, flat_weights
+from nfn_baselines.bench_data import load_bench_data
+from nfn_baselines.benchmark import model_specs, run_benchmark
 from nfn_baselines.model import TransformerNFN
 from nfn_baselines.predictors import PREDICTORS, Predictor, default_predictors, register_predictor
 from small_transformer_zoo import Zoo, load_dataset
@@ -63,7 +65,8 @@ def test_the_benchmark_runs_on_the_colour_zoo(color_zoo: Path, tmp_path: Path,
 def ridge() -> Predictor:
     predictor = register_predictor(Predictor(
         "ridge", "tree", "ridge regression on the flattened weights", default=False,
-        fit=lambda seed, n_jobs, train, validation, settings: Ridge(alpha=settings["alpha"]).fit(*train),
+        fit=lambda request: FittedTable(Ridge(alpha=request.settings["alpha"]).fit(flat_weights(request.train),
+                                                                                   request.train.target), flat_weights),
         settings={"alpha": 10.0}))
     yield predictor
     del PREDICTORS["ridge"]
@@ -75,10 +78,10 @@ def test_a_registered_predictor_joins_the_benchmark_and_the_cli(ridge: Predictor
     assert "ridge" not in default_predictors()
     data = load_bench_data(color_zoo, "color32-mini")
     result = run_benchmark(data, model_specs(["ridge"]), seeds=[0], epochs=1)
-    predicted = result.predictions["ridge"]
-    x = {k: v[0].numpy() for k, v in data.splits.items()}
-    expected = np.clip(Ridge(alpha=10.0).fit(x["train"], data.splits["train"][1].numpy()).predict(x["test"]), 0, 1)
-    np.testing.assert_allclose(predicted, expected, rtol=1e-6)
+    predicted = result.fits[("ridge", "all")][0].predictions["test"]
+    train, test = data.splits["train"], data.splits["test"]
+    expected = Ridge(alpha=10.0).fit(train.params.numpy(), train.target).predict(test.params.numpy())
+    np.testing.assert_allclose(np.ravel(predicted), expected, rtol=1e-6)
     assert main(["bench", "--zoo", str(color_zoo), "--config", "color32-mini", "--seeds", "1", "--models", "ridge",
                  "--out", str(tmp_path)]) == 0
     assert "| ridge |" in capsys.readouterr().out
