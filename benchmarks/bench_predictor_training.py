@@ -22,19 +22,9 @@ from nfn_baselines.benchmark import BATCHED_ON_CPU, tuning_trials
 from nfn_baselines.predictors import get_predictor
 from nfn_baselines.train import TrainConfig, predict, train_predictor, train_predictors
 from small_transformer_zoo.format.architecture import mnist_spec
-from small_transformer_zoo.weights.weight_space import TransformerWeights
+from small_transformer_zoo.testing.labelled_weights import shifted_bias_weights
 
 SPEC = mnist_spec()
-
-
-def synthetic(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zoo-scale weights whose label is a smooth function of one shift of the last block's b_B."""
-    generator = torch.Generator().manual_seed(seed)
-    params = torch.randn(count, SPEC.n_params, generator=generator) * 0.2
-    shift = torch.rand(count, generator=generator) * 2 - 1
-    weights = TransformerWeights.from_params(params, SPEC)
-    weights.blocks[-1].b_B += shift[:, None, None]
-    return weights.to_params(), torch.sigmoid(3 * shift)
 
 
 def main() -> None:
@@ -44,7 +34,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--predictors", nargs="+", default=[*BATCHED_ON_CPU, "transformer_nfn"])
     args = parser.parse_args()
-    train, validation = synthetic(args.train, 0), synthetic(max(50, args.train // 5), 1)
+    train, validation = shifted_bias_weights(SPEC, args.train, 0), shifted_bias_weights(SPEC, max(50, args.train // 5), 1)
     trials = tuning_trials(args.epochs)
     configs = [TrainConfig(epochs=args.epochs, warmup_epochs=1, seed=k, lr=trials[k % len(trials)]["lr"],
                            weight_decay=trials[k % len(trials)]["weight_decay"]) for k in range(args.models)]

@@ -7,20 +7,10 @@ import torch
 from nfn_baselines.model import TransformerNFN
 from nfn_baselines.train import TrainConfig, predict, train_predictor, warmup_cosine
 from small_transformer_zoo.format.architecture import mnist_spec
+from small_transformer_zoo.testing.labelled_weights import shifted_bias_weights
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 SPEC = mnist_spec()
-
-
-def _data(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights whose 'accuracy' is a smooth function of an invariant quantity (mean of the last b_B)."""
-    g = torch.Generator().manual_seed(seed)
-    params = torch.randn(count, SPEC.n_params, generator=g) * 0.2
-    shift = torch.rand(count, generator=g) * 2 - 1
-    weights = TransformerWeights.from_params(params, SPEC)
-    weights.blocks[-1].b_B += shift[:, None, None]
-    params = weights.to_params()
-    return params, torch.sigmoid(3 * shift)
 
 
 def test_warmup_then_cosine() -> None:
@@ -30,7 +20,7 @@ def test_warmup_then_cosine() -> None:
 
 
 def test_nfn_learns_and_is_deterministic() -> None:
-    train, validation = _data(160, 0), _data(60, 1)
+    train, validation = shifted_bias_weights(SPEC, 160, 0), shifted_bias_weights(SPEC, 60, 1)
     config = TrainConfig(epochs=4, warmup_epochs=1, seed=3)
     torch.manual_seed(0)
     first = train_predictor(TransformerNFN(SPEC, components=("encoder",)), SPEC, train, validation, config)
@@ -59,7 +49,7 @@ class FlatProbe(torch.nn.Module):
 
 def test_augmentation_by_group_elements() -> None:
     """It changes what a non-invariant model sees, and is a no-op (to round-off) for the invariant NFN."""
-    train, validation = _data(48, 2), _data(20, 3)
+    train, validation = shifted_bias_weights(SPEC, 48, 2), shifted_bias_weights(SPEC, 20, 3)
 
     def loss(model_class, augment: bool) -> float:
         torch.manual_seed(0)
