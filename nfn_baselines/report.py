@@ -61,6 +61,7 @@ class Report:
     resamples: int
     bootstrap_seed: int
     tuned: bool
+    constant: dict[str, list[str]] = field(default_factory=dict)  # tau column -> models whose predictions are constant
 
     @property
     def best(self) -> str:
@@ -132,6 +133,15 @@ def _cell(result: BenchResult, fits: list[Fit], condition: str, column: str, dra
                 values)
 
 
+def _constant_on_test(result: BenchResult, fits: list[Fit], condition: str, column: str) -> bool:
+    """Every seed predicts one value for all test checkpoints behind a tau column, so tau has none (e.g. trees
+    whose leaves need 50 checkpoints, trained on fewer than 100)."""
+    split = next(c for c in result.conditions if c.name == condition).splits["test"]
+    kept = split.accuracy >= float(column[4:]) if column.startswith("tau@") else np.ones(len(split), dtype=bool)
+    values = [np.asarray(f.predictions["test"], dtype=float)[kept] for f in fits]
+    return bool(kept.sum() > 1) and all(np.isfinite(v).all() and np.ptp(v) == 0 for v in values)
+
+
 def _mean(values: Sequence[float]) -> float:
     """The mean of the defined values (NaN when none is)."""
     finite = [v for v in values if math.isfinite(v)]
@@ -154,11 +164,14 @@ def score(result: BenchResult, thresholds: Sequence[float], resamples: int = BOO
              for c in result.conditions}
     cells: dict[str, dict[str, Cell]] = {}
     fitted: dict[str, dict[str, float]] = {}
+    constant: dict[str, list[str]] = {}
     for model in result.models:
         cells[model] = {}
         for column in columns:
             condition, metric = _where(result, column)
             cells[model][column] = _cell(result, fits_of[(model, condition)], condition, metric, draws[condition])
+            if column.startswith("tau") and _constant_on_test(result, fits_of[(model, condition)], condition, column):
+                constant.setdefault(column, []).append(model)
             if column in ("r2", "l1") and get_predictor(result.specs[model]).ranks_only:
                 cells[model][column] = _undefined(cells[model][column])
         fits = fits_of[(model, "all")]
@@ -167,7 +180,7 @@ def score(result: BenchResult, thresholds: Sequence[float], resamples: int = BOO
                                    for f in fits]) for s in ("train", "validation")}
     pairwise = {a: {b: paired_difference(cells[a][main].values, cells[b][main].values, cells[a][main].estimate,
                                          cells[b][main].estimate) for b in cells if b != a} for a in cells}
-    report = Report(columns, main, cells, fitted, {}, pairwise, resamples, bootstrap_seed, tuned)
+    report = Report(columns, main, cells, fitted, {}, pairwise, resamples, bootstrap_seed, tuned, constant)
     best = report.best
     report.versus_best = {m: ({"estimate": 0.0, "low": 0.0, "high": 0.0, "tied": True} if m == best
                               else pairwise[m][best]) for m in cells}
@@ -213,6 +226,9 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
              f"{', '.join(report.tied())}."]
     lines += [f"Not trained at {name} (too few checkpoints left by the filter: {why})."
               for name, why in result.skipped.items()]
+    lines += [f"No {column_title(column)} for {', '.join(models)}: constant predictions on its test checkpoints "
+              "(a tree whose leaves need 50 checkpoints cannot split fewer than 100)."
+              for column, models in report.constant.items()]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, row in report.cells.items():
         versus = report.versus_best[model]
@@ -235,7 +251,8 @@ def report_json(report: Report, result: BenchResult) -> dict[str, Any]:
                            "bootstrap": {"resamples": report.resamples, "seed": report.bootstrap_seed,
                                          "unit": "test run", "confidence": 0.95},
                            "tuned": report.tuned and bool(result.untuned), "best": report.best,
-                           "tied_with_best": report.tied(), "models": {}}
+                           "tied_with_best": report.tied(), "constant_predictions": report.constant,
+                           "models": {}}
     fits_of = result.fits if report.tuned else (result.untuned or result.fits)
     for model, row in report.cells.items():
         fits = fits_of[(model, "all")]

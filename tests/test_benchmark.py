@@ -136,13 +136,19 @@ def test_the_paper_protocol_filters_then_trains_per_threshold(learnable_zoo: Pat
 def test_a_threshold_that_leaves_too_few_checkpoints_is_not_trained_and_says_so(learnable_zoo: Path) -> None:
     data = load_bench_data(learnable_zoo, "learnable", protocol="paper", epoch=2)
     top = float(data.splits["test"].accuracy.max())
-    result = run_benchmark(data, model_specs(["mlp", "lightgbm"]), [0], 2, (0.4, top))
+    result = run_benchmark(data, model_specs(["mlp", "lightgbm", "random_forest"]), [0], 2, (0.4, top))
     assert set(result.skipped) == {f">={top:g}"}
     report = score(result, (0.4, top), resamples=50)
     assert np.isnan(report.cells["mlp"][f"tau@{top:g}"].estimate)
     assert np.isfinite(report.cells["mlp"]["tau@0.4"].estimate)
-    assert f"Not trained at >={top:g} (too few checkpoints left by the filter: train" in render_markdown(
-        report, result, "learnable")
+    table = render_markdown(report, result, "learnable")
+    assert f"Not trained at >={top:g} (too few checkpoints left by the filter: train" in table
+    # a forest whose leaves need 50 checkpoints cannot split this small a training split: the table says why
+    # its tau is missing, and a model that varies is not listed
+    assert len(result.conditions[1].splits["train"]) < 100
+    assert np.isnan(report.cells["random_forest"]["tau@0.4"].estimate)
+    assert "random_forest" in report.constant["tau@0.4"] and "mlp" not in report.constant["tau@0.4"]
+    assert "No tau (acc >= 0.4) for " in table and "constant predictions on its test checkpoints" in table
 
 
 def test_where_selects_as_the_fast_path_does(learnable_zoo: Path) -> None:
