@@ -120,6 +120,8 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
                     result.trials[key] = [{**t, "mean_validation_score": s} for t, s in zip(trials, scores)]
             else:
                 result.fits[key] = _fit_table_model(predictor, model, condition, data, list(seeds), n_jobs)
+                if tune:  # trees and floors keep their settings: tuned and untuned are the same fits
+                    result.untuned[key] = result.fits[key]
             if on_done:
                 on_done(model.name, condition.name, len(seeds))
     return result

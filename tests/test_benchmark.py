@@ -204,6 +204,18 @@ def test_tuning_searches_the_same_trials_for_every_model(learnable_zoo: Path) ->
         assert result.untuned[(model, "all")][0].trial == tuning_trials(2)[0]
 
 
+def test_a_tuned_benchmark_with_trees_and_floors_scores_its_untuned_table(learnable_zoo: Path) -> None:
+    data = load_bench_data(learnable_zoo, "learnable", protocol="paper", epoch=2)
+    result = run_benchmark(data, model_specs(["mlp", "lightgbm", "l2_norm"]), [0], 2, (0.4,), tune=True)
+    tuned, untuned = score(result, (0.4,), resamples=50), score(result, (0.4,), resamples=50, tuned=False)
+    for model in ("lightgbm", "l2_norm"):  # not searched: the same fits in both tables
+        assert result.untuned[(model, "all")] is result.fits[(model, "all")]
+        np.testing.assert_array_equal(tuned.cells[model]["tau"].values, untuned.cells[model]["tau"].values)
+    assert np.isfinite(untuned.cells["l2_norm"]["tau"].estimate)
+    assert result.untuned[("mlp", "all")][0].trial == tuning_trials(2)[0]
+    assert "| lightgbm |" in render_markdown(untuned, result, "learnable")
+
+
 def test_resplit_and_learning_curve(learnable_zoo: Path) -> None:
     own = load_bench_data(learnable_zoo, "learnable")
     other = load_bench_data(learnable_zoo, "learnable", split_salt="resplit-1")
