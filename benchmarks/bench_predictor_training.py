@@ -3,7 +3,7 @@
     python benchmarks/bench_predictor_training.py --models 12 --train 1000 --epochs 3
 
 `stz bench --tune --seeds 3` trains 12 copies of every neural model (4 trials x 3 seeds) on the same data; the
-small ones (the MLP and both STATNNs) train as one batched model on a CPU. This trains `--models` copies (seeds 0..,
+STATNNs train as one batched model on a CPU (`BATCHED_ON_CPU`). This trains `--models` copies (seeds 0..,
 the `--tune` trials' learning rates and weight decays in turn) of each predictor both ways on a synthetic zoo of
 real size, checks that both ways give the same predictions, and prints the ratio of their times.
 """
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=12)
     parser.add_argument("--train", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--predictors", nargs="+", default=[*BATCHED_ON_CPU, "transformer_nfn"])
+    parser.add_argument("--predictors", nargs="+", default=["mlp", *BATCHED_ON_CPU, "transformer_nfn"])
     args = parser.parse_args()
     train, validation = shifted_bias_weights(SPEC, args.train, 0), shifted_bias_weights(SPEC, max(50, args.train // 5), 1)
     trials = tuning_trials(args.epochs)
