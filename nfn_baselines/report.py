@@ -126,18 +126,23 @@ def _cell(result: BenchResult, fits: list[Fit], condition: str, column: str, dra
     per_seed = [value(f, everything) for f in fits]
     values = np.asarray([_mean([value(f, index) for f in fits]) for index in draws.indices])
     low, high = percentile_interval(values)
-    kept = everything if not column.startswith("tau@") else everything[split.accuracy >= float(column[4:])]
+    kept = everything[_scored(split, column)]
     finite = [v for v in per_seed if math.isfinite(v)]
     return Cell(float(np.mean(finite)) if finite else math.nan, low, high,
                 float(np.std(finite)) if len(finite) > 1 else 0.0, len(set(split.runs[kept].tolist())), len(kept),
                 values)
 
 
+def _scored(split: Any, column: str) -> np.ndarray:
+    """Which test checkpoints a column is computed on: those at or above its threshold for `tau@T`, else all."""
+    return split.accuracy >= float(column[4:]) if column.startswith("tau@") else np.ones(len(split), dtype=bool)
+
+
 def _constant_on_test(result: BenchResult, fits: list[Fit], condition: str, column: str) -> bool:
     """Every seed predicts one value for all test checkpoints behind a tau column, so tau has none (e.g. trees
     whose leaves need 50 checkpoints, trained on fewer than 100)."""
     split = next(c for c in result.conditions if c.name == condition).splits["test"]
-    kept = split.accuracy >= float(column[4:]) if column.startswith("tau@") else np.ones(len(split), dtype=bool)
+    kept = _scored(split, column)
     values = [np.asarray(f.predictions["test"], dtype=float)[kept] for f in fits]
     return bool(kept.sum() > 1) and all(np.isfinite(v).all() and np.ptp(v) == 0 for v in values)
 
