@@ -16,9 +16,10 @@ from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .invariant_stats import entry_statistics, feature_count, invariant_statistics
 from .model import COMPONENTS, mlp
+from .probe_features import output_feature_count, probe_statistics
 
 TREE_MODELS = ("xgboost", "lightgbm", "random_forest")
-FLAT_MODES = ("mlp", "statnn", "statnn_invariant")
+FLAT_MODES = ("mlp", "statnn", "statnn_invariant", "statnn_probe")
 
 
 def component_tensors(weights: TransformerWeights, components: Sequence[str]) -> dict[str, list[torch.Tensor]]:
@@ -35,8 +36,10 @@ def statistics(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 class FlatPredictor(nn.Module):
     """MLP (each component's flattened weights through its own MLP of width 50), STATNN (statistics of every
-    tensor through an MLP of width 256) or its invariant variant (`invariant_stats`, same MLP); each ends in a
-    dropout, a linear head and, for accuracy, a sigmoid, like Transformer-NFN."""
+    tensor through an MLP of width 256), its invariant variant (`invariant_stats`, same MLP) or that variant with
+    the statistics of the network's outputs on fixed probes beside it (`probe_features`: the probes run the whole
+    network, whatever `components` say); each ends in a dropout, a linear head and, for accuracy, a sigmoid, like
+    Transformer-NFN."""
 
     def __init__(self, spec: ArchitectureSpec, mode: str = "mlp", components: Sequence[str] = COMPONENTS,
                  hidden: int | None = None, outputs: int = 1, head_dropout: float = 0.0) -> None:
@@ -56,6 +59,8 @@ class FlatPredictor(nn.Module):
             width = hidden or 256
             features = (7 * sum(len(sizes[c]) for c in self.components) if mode == "statnn"
                         else feature_count(spec, self.components))
+            if mode == "statnn_probe":
+                features += output_feature_count(spec)
             self.body = nn.Sequential(nn.LayerNorm(features), mlp(features, width))
             body_width = width
         self.head = nn.Sequential(nn.Dropout(head_dropout), nn.Linear(body_width, outputs))
@@ -66,6 +71,8 @@ class FlatPredictor(nn.Module):
         weights = TransformerWeights.from_params(params, self.spec)
         if self.mode == "statnn_invariant":
             return (invariant_statistics(weights, self.components),)
+        if self.mode == "statnn_probe":
+            return (torch.cat([invariant_statistics(weights, self.components), probe_statistics(weights)], dim=1),)
         by_component = component_tensors(weights, self.components)
         if self.mode == "statnn":
             return (statistics([t for c in self.components for t in by_component[c]]),)

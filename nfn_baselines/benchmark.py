@@ -22,7 +22,7 @@ from small_transformer_zoo.format.architecture import COMPONENTS
 
 from .bench_data import BenchData, Condition
 from .predictors import FitRequest, Predictor, default_predictors, get_predictor
-from .train import TrainConfig, predict, train_predictors, validation_score
+from .train import TrainConfig, predict_prepared, prepare, train_predictors, validation_score
 
 COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
                       ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
@@ -30,7 +30,7 @@ WIDTH_DEPTH_ABLATION = ((5, 1), (10, 1), (20, 1), (10, 2))
 SPLITS = ("train", "validation", "test")
 # Predictors whose copies train faster as one batched model on a CPU (benchmarks/bench_predictor_training.py:
 # about 5x for both STATNNs; the MLP, whose first layer reads all 18,506 weights, trains slower batched).
-BATCHED_ON_CPU = ("statnn", "statnn_invariant")
+BATCHED_ON_CPU = ("statnn", "statnn_invariant", "statnn_probe")
 
 
 @dataclass
@@ -174,13 +174,14 @@ def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, 
     groups = [list(range(len(jobs)))] if together else [[i] for i in range(len(jobs))]
     train, validation = condition.splits["train"], condition.splits["validation"]
     labels = (torch.from_numpy(train.target), torch.from_numpy(validation.target))
+    prepared = {s: prepare(nets[0], condition.splits[s].params) for s in SPLITS}  # the same for every (trial, seed)
     fits: dict[int, Fit] = {}
     for group in groups:
         results = train_predictors([nets[i] for i in group], data.spec, (train.params, labels[0]),
                                    (validation.params, labels[1]), [configs[i] for i in group],
                                    loss=data.target.loss)
         for i, trained in zip(group, results):
-            predictions = {s: predict(trained.model, condition.splits[s].params, data.spec, data.target.loss,
-                                      trained.scale) for s in SPLITS}
+            predictions = {s: predict_prepared(trained.model, prepared[s], data.spec, data.target.loss, trained.scale)
+                           for s in SPLITS}
             fits[i] = Fit(predictions, trials[jobs[i][0]], trained.best_validation_score, trained.best_epoch)
     return [[fits[jobs.index((t, s))] for s in seeds] for t in range(len(trials))]

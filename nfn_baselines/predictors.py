@@ -148,6 +148,10 @@ register_predictor(Predictor(
     "statnn_invariant", "neural", "STATNN's statistics of quantities the symmetry group leaves unchanged: per-head "
     "QK and VO products (singular values, entries), MLP tensors, embedding, classifier (docs/design.md section 9)",
     build=_flat("statnn_invariant"), settings=NEURAL, invariant=True))
+register_predictor(Predictor(
+    "statnn_probe", "neural", "statnn_invariant's statistics and those of the network's outputs on 256 fixed random "
+    "probe inputs, which the group cannot change because it keeps the function (docs/design.md section 9)",
+    build=_flat("statnn_probe"), settings=NEURAL, invariant=True))
 for _name, _what, _seeded in (("xgboost", "XGBoost (CPU build)", False), ("lightgbm", "LightGBM", False),
                               ("random_forest", "scikit-learn's Random Forest", True)):
     register_predictor(Predictor(_name, "tree", f"{_what} on the flattened weights", fit=_tree(_name),

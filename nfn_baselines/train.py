@@ -107,14 +107,20 @@ def outputs_to_predictions(logits: torch.Tensor, loss: Loss, scale: tuple[float,
 @torch.no_grad()
 def predict(model: nn.Module, params: torch.Tensor, spec: ArchitectureSpec, loss: Loss = "bce",
             scale: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
-    """Predictions for packed weights [N, n_params] (moved, a chunk at a time, to the model's device)."""
+    """Predictions for packed weights [N, n_params]."""
+    return predict_prepared(model, prepare(model, params), spec, loss, scale)
+
+
+@torch.no_grad()
+def predict_prepared(model: nn.Module, inputs: tuple[torch.Tensor, ...], spec: ArchitectureSpec, loss: Loss = "bce",
+                     scale: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """Predictions from a model's prepared inputs (`prepare`; moved, a chunk at a time, to the model's device), so
+    that models of one kind share one preparation of a split."""
     model.eval()
     device = next(model.parameters()).device
     wrapped = _Prepared(model, spec)
-    out = []
-    for start in range(0, len(params), PREDICT_CHUNK):
-        inputs = prepare(model, params[start : start + PREDICT_CHUNK].to(device))
-        out.append(wrapped(*inputs).cpu())
+    out = [wrapped(*(t[start : start + PREDICT_CHUNK].to(device) for t in inputs)).cpu()
+           for start in range(0, len(inputs[0]), PREDICT_CHUNK)]
     if not out:
         return np.empty(0)
     return outputs_to_predictions(torch.cat(out).float(), loss, scale)

@@ -1,6 +1,6 @@
-"""The predictors that respect the symmetry: the invariant statistics, the STATNN built on them and the hybrid are
-unchanged by random group elements with badly conditioned matrices (float64, hypothesis), while a transformation
-that is not a symmetry changes them; STATNN's own statistics are not invariant."""
+"""The predictors that respect the symmetry: the invariant statistics, the probe outputs, the STATNNs built on them
+and the hybrid are unchanged by random group elements with badly conditioned matrices (float64, hypothesis), while
+a transformation that is not a symmetry changes them; STATNN's own statistics are not invariant."""
 
 import torch
 from hypothesis import given, settings
@@ -10,7 +10,9 @@ from nfn_baselines.baselines import FlatPredictor
 from nfn_baselines.invariant_stats import feature_count, invariant_statistics
 from nfn_baselines.model import TransformerNFN
 from nfn_baselines.predictors import PREDICTORS
+from nfn_baselines.probe_features import output_feature_count, probe_inputs, probe_logits, probe_statistics
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
+from small_transformer_zoo.weights.model import ZooTransformer
 from small_transformer_zoo.weights.symmetry import sample_group_element
 from small_transformer_zoo.weights.weight_space import BlockWeights, TransformerWeights
 
@@ -21,6 +23,8 @@ SPECS = st.one_of(
               num_heads=st.sampled_from([1, 2, 3]), d_head=st.integers(1, 4), d_mlp=st.sampled_from([3, 5]),
               num_blocks=st.sampled_from([1, 2]), image_size=st.just(8), patch_size=st.just(4)),
 )
+TEXT = ArchitectureSpec(modality="text", num_classes=4, d_model=6, num_heads=2, d_head=3, d_mlp=5, num_blocks=2,
+                        vocab_size=50, max_length=7)
 BADLY_CONDITIONED = 1e3
 
 
@@ -61,7 +65,7 @@ def test_the_invariant_predictors_are_invariant_and_the_others_are_not() -> None
     weights = weights_of(ZOO, 4, 7)
     g = sample_group_element(ZOO, torch.Generator().manual_seed(8), condition_number=BADLY_CONDITIONED)
     models = {"statnn_invariant": FlatPredictor(ZOO, "statnn_invariant"), "nfn_hybrid": TransformerNFN(ZOO, statistics=True),
-              "statnn": FlatPredictor(ZOO, "statnn")}
+              "statnn_probe": FlatPredictor(ZOO, "statnn_probe"), "statnn": FlatPredictor(ZOO, "statnn")}
     for name, model in models.items():
         torch.manual_seed(0)
         model = model.double().eval()
@@ -82,3 +86,33 @@ def test_heads_enter_only_through_symmetric_pools() -> None:
                                  dict(weights.embedding), dict(weights.classifier))
     assert not torch.equal(swapped.blocks[0].W_q, weights.blocks[0].W_q)
     assert relative(invariant_statistics(swapped), invariant_statistics(weights)) < 1e-12
+
+
+@settings(max_examples=10, deadline=None)
+@given(spec=st.one_of(SPECS, st.just(TEXT)), seed=st.integers(0, 10_000))
+def test_probe_statistics_are_invariant(spec: ArchitectureSpec, seed: int) -> None:
+    """The network's function is what the group keeps, so its outputs on the probes are unchanged."""
+    weights = weights_of(spec, 3, seed)
+    g = sample_group_element(spec, torch.Generator().manual_seed(seed + 1), condition_number=BADLY_CONDITIONED)
+    base = probe_statistics(weights, count=32)
+    assert base.shape == (3, output_feature_count(spec))
+    assert relative(probe_statistics(g.act(weights), count=32), base) < 1e-8
+    assert relative(probe_statistics(not_a_symmetry(weights, seed), count=32), base) > 1e-4
+
+
+def test_probe_logits_are_the_networks_own_outputs() -> None:
+    """Each checkpoint's probe logits are what `ZooTransformer` computes with its state_dict (images), and, for text,
+    what it computes from the token ids when the embeddings are those ids' rows of the word table."""
+    weights = weights_of(ZOO, 2, 3)
+    probes = probe_inputs(ZOO, 5, dtype=torch.float64)
+    network = ZooTransformer(ZOO).double().eval()
+    network.load_state_dict(weights.state_dict(1), strict=False)
+    assert torch.allclose(probe_logits(weights, probes)[1], network(probes), atol=1e-12)
+
+    text = ZooTransformer(TEXT).double().eval()
+    text.load_state_dict(weights_of(TEXT, 1, 4).state_dict(0), strict=False)
+    text.embedding.table = torch.randn(TEXT.vocab_size, TEXT.d_model, dtype=torch.float64)
+    ids = torch.randint(1, TEXT.vocab_size, (3, TEXT.max_length), generator=torch.Generator().manual_seed(5))
+    assert torch.allclose(text.forward_embedded(text.embedding.table[ids]), text(ids), atol=1e-12)
+    assert probe_inputs(TEXT, 4).shape == (4, TEXT.max_length, TEXT.d_model)
+    assert torch.equal(probe_inputs(ZOO, 4), probe_inputs(ZOO, 4))

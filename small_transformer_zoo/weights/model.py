@@ -106,7 +106,11 @@ class ZooTransformer(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         padding = inputs.eq(0) if self.spec.modality == "text" else None
-        tokens = self.embedding(inputs)
+        return self.forward_embedded(self.embedding(inputs), padding)
+
+    def forward_embedded(self, tokens: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits from token embeddings [B, L, d_model] (`padding`: [B, L], True where a token is padding): the
+        network after its embedding, so that a text model runs without its frozen word table."""
         x = self.input_dropout(tokens + self.positions[: tokens.shape[1]])
         # A text of padding only would leave no key to attend to; let it attend to its padding instead of NaN.
         attention_padding = None if padding is None else padding & ~padding.all(dim=1, keepdim=True)
