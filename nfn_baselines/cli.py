@@ -47,7 +47,7 @@ def _bench(args: argparse.Namespace) -> int:
     fits = len(model_specs(request.models, request.ablation)) * conditions * (1 + request.resplit)
     bar = tqdm(total=fits, desc="bench", unit="fit", file=sys.stderr)
     outcome = run_bench(zoo, request, out, on_done=lambda name, condition, _: (
-        bar.update(1), bar.set_postfix_str(f"{name} {condition}")))
+        bar.update(1), bar.set_postfix_str(f"{name} {condition} done")))
     bar.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
     if args.leaderboard:  # our own models enter through the same scorer as everyone's

@@ -43,7 +43,7 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     bar = tqdm(total=len(models), desc="   models", unit="model", file=sys.stderr)
     bench = BenchRequest(seeds=1, epochs=epochs, device=str(resolve_device(device)), jobs=usable_cores())
     outcome = run_bench(zoo, bench, out / "bench",
-                        on_done=lambda name, _, __: (bar.update(1), bar.set_postfix_str(name)))
+                        on_done=lambda name, _, __: (bar.update(1), bar.set_postfix_str(f"{name} done")))
     bar.close()
     print()
     print(outcome.markdown)
