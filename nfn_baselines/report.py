@@ -232,7 +232,8 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
     lines += [f"Not trained at {name} (too few checkpoints left by the filter: {why})."
               for name, why in result.skipped.items()]
     lines += [f"No {column_title(column)} for {', '.join(models)}: constant predictions on its test checkpoints "
-              "(a tree whose leaves need 50 checkpoints cannot split fewer than 100)."
+              "(the input of a floor that does not vary there, such as the epoch when every checkpoint is from one "
+              "epoch, or a tree whose leaves need 50 checkpoints, which cannot split fewer than 100)."
               for column, models in report.constant.items()]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, row in report.cells.items():
