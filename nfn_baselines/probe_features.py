@@ -79,5 +79,6 @@ def output_feature_count(spec: ArchitectureSpec) -> int:
 
 def probe_statistics(weights: TransformerWeights, count: int = PROBES) -> torch.Tensor:
     """[batch, output_feature_count(spec)]: the output statistics of every checkpoint on the standard probes."""
-    probes = probe_inputs(weights.spec, count, dtype=weights.blocks[0].W_q.dtype).to(weights.blocks[0].W_q.device)
+    reference = weights.blocks[0].W_q
+    probes = probe_inputs(weights.spec, count, dtype=reference.dtype).to(reference.device)
     return output_statistics(probe_logits(weights, probes))
