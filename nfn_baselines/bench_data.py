@@ -26,7 +26,7 @@ from small_transformer_zoo.weights.canonical import canonicalize_params
 from small_transformer_zoo.weights.standardize import WeightStats
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
-from .protocols import PAPER_EPOCH_SHARE, PROTOCOLS
+from .protocols import protocol_where
 from .targets import Target, get_target
 
 PREPROCESSING = ("none", "standardize", "canonical", "both")
@@ -115,24 +115,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def paper_epoch(zoo: Zoo) -> int:
-    """The epoch that plays the role of the paper's 75 of 100: three quarters of a built zoo's training (an epoch
-    its checkpoints include), 75 for an imported release."""
-    plan = (zoo.manifest.get("provenance") or {}).get("build_plan")
-    stored = [e for e in zoo.manifest.get("checkpoint_epochs") or [] if isinstance(e, int)]
-    if isinstance(plan, dict) and isinstance(plan.get("epochs"), int):
-        epoch = max(1, round(plan["epochs"] * PAPER_EPOCH_SHARE))
-    elif 75 in stored:
-        epoch = 75
-    else:
-        raise DataError(f"{zoo.dir}: neither a built zoo nor one with epoch-75 checkpoints; choose the epoch of the "
-                        f"paper protocol with --epoch (stored epochs: {stored})")
-    if stored and epoch not in stored:
-        raise DataError(f"{zoo.dir}: the paper protocol's epoch {epoch} is not among the stored epochs {stored}; "
-                        f"choose one with --epoch")
-    return epoch
-
-
 def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None, preprocess: str = "none", *,
                     target: str = "test_accuracy", protocol: str = "all-checkpoints", epoch: int | None = None,
                     where: Mapping[str, Any] | None = None, split_salt: str | None = None,
@@ -146,20 +128,11 @@ def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None
     seeded draw of whole runs), for learning curves."""
     if preprocess not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; choose from {list(PROTOCOLS)}")
     if not 0 < train_runs <= 1:
         raise ValueError(f"train_runs must be a share in (0, 1], got {train_runs}")
     chosen = get_target(target)
     zoo = as_zoo(zoo, config)
-    selection = dict(where or {})
-    if protocol == "paper":
-        epoch = paper_epoch(zoo) if epoch is None else epoch
-        if "epoch" in selection:
-            raise ValueError("the paper protocol selects the epoch itself (--epoch); leave 'epoch' out of where")
-        selection |= {"epoch": epoch, "is_best": False}
-    elif epoch is not None:
-        raise ValueError("--epoch belongs to the paper protocol (--protocol paper); select epochs with --where")
+    selection, epoch = protocol_where(zoo, protocol, epoch, where)
     splits = {name: _read_split(zoo, name, selection, chosen) for name in SPLIT_NAMES}
     if split_salt is not None:
         splits = _resplit(splits, zoo.manifest["splits"]["fractions"], split_salt)

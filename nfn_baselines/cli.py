@@ -13,7 +13,7 @@ from small_transformer_zoo.cli import add_zoo_argument, bounded
 from small_transformer_zoo.devices import usable_cores
 
 from .metrics import DEFAULT_THRESHOLDS
-from .predictors import PREDICTORS, default_predictors
+from .predictors import PREDICTORS, default_predictors, get_predictor
 from .protocols import PROTOCOLS
 from .targets import TARGETS
 
@@ -51,9 +51,14 @@ def _bench(args: argparse.Namespace) -> int:
     bar.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
     if args.leaderboard:  # our own models enter through the same scorer as everyone's
-        for name in outcome.result.models:
+        rankers = [n for n in outcome.result.models if get_predictor(outcome.result.specs[n]).ranks_only]
+        if rankers:
+            print(f"not entered in {args.leaderboard}: {', '.join(rankers)} (they rank checkpoints; their values "
+                  f"are not {request.target}s)", file=sys.stderr)
+        for name in (n for n in outcome.result.models if n not in rankers):
             submission = outcome.paths[f"submission:{name}"]
-            metrics = score_submission(submission, zoo, zoo.config, "test", request.thresholds, target=request.target)
+            metrics = score_submission(submission, zoo, zoo.config, "test", request.thresholds, target=request.target,
+                                       protocol=request.protocol, epoch=request.epoch, where=request.where)
             add_result(args.leaderboard, name, zoo.config, "test", metrics, f"stz bench (seed 0) {submission}")
     print(outcome.markdown)
     written = ", ".join(str(p) for k, p in outcome.paths.items() if not k.startswith("submission:"))
@@ -73,15 +78,18 @@ def _bench_zoo(args: argparse.Namespace) -> Zoo:
 
 def _score(args: argparse.Namespace) -> int:
     from small_transformer_zoo import open_zoo
+    from small_transformer_zoo.format.selection import parse_where
 
-    from .leaderboard import add_result, score_submission
+    from .leaderboard import add_result, score_submission, selection_text
 
     zoo = open_zoo(args.root, args.config, args.revision)
     args.config = zoo.config
-    metrics = score_submission(args.submission, zoo, zoo.config, args.split, tuple(args.thresholds), args.target)
+    metrics = score_submission(args.submission, zoo, zoo.config, args.split, tuple(args.thresholds), args.target,
+                               protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []))
     boot = metrics["bootstrap"]
-    print(f"{args.submission}: {metrics['n']} checkpoints of {metrics['runs']} runs of {args.config}/{args.split}, "
-          f"target {args.target}; 95% intervals from {boot['resamples']} bootstrap resamples of the runs "
+    selected = f" ({selection_text(metrics['selection'])})" if metrics.get("selection") else ""
+    print(f"{args.submission}: {metrics['n']} checkpoints of {metrics['runs']} runs of {args.config}/{args.split}"
+          f"{selected}, target {args.target}; 95% intervals from {boot['resamples']} bootstrap resamples of the runs "
           f"(seed {boot['seed']})")
     for key, (low, high) in metrics["intervals"].items():
         value = metrics[key]
@@ -157,6 +165,21 @@ def _review(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_selection_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """--protocol, --epoch and --where: one meaning for `stz bench` and `stz score`."""
+    parser.add_argument("--protocol", default="all-checkpoints", choices=list(PROTOCOLS),
+                        help=f"{what}: all-checkpoints: every selected checkpoint, tau above a threshold on the test "
+                             "checkpoints above it; paper: one checkpoint per run (--epoch) and, in `stz bench`, per "
+                             "threshold the zoo filtered first, then trained and tested on what passed (default: "
+                             "all-checkpoints)")
+    parser.add_argument("--epoch", type=bounded(int, 1), help="paper protocol: the epoch whose checkpoint each run "
+                                                              "gives (default: 3/4 of a built zoo's epochs; 75 for an "
+                                                              "imported release)")
+    parser.add_argument("--where", nargs="+", metavar="COLUMN=VALUE",
+                        help="select checkpoints by metadata, as Zoo.select(where=...): optimizer=adam, "
+                             "epoch=1,6,12 (any of), learning_rate=1e-4..1e-3 (range), train_loss=null")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     score = sub.add_parser("score", help="validate and score a leaderboard submission (CSV or Parquet)")
     score.add_argument("submission", help="file with columns checkpoint_id and predicted_<target> (predicted_accuracy "
@@ -167,6 +190,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--split", default="test", help="split the predictions are for (default: test)")
     score.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                        help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+    _add_selection_arguments(score, "the checkpoints the predictions are for, as `stz bench` selected them")
     score.add_argument("--leaderboard", help="results file (JSON) to add the scores to")
     score.add_argument("--name", help="name on the leaderboard (default: the file name)")
     score.set_defaults(func=_score)
@@ -217,16 +241,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="what the models predict: " + "; ".join(f"{t.name} ({t.description})"
                                                                    for t in TARGETS.values())
                             + " (default: test_accuracy)")
-    bench.add_argument("--protocol", default="all-checkpoints", choices=list(PROTOCOLS),
-                       help="all-checkpoints: train on every selected checkpoint, tau above a threshold on the test "
-                            "checkpoints above it; paper: one checkpoint per run (--epoch) and, per threshold, the "
-                            "zoo filtered first, then trained and tested on what passed (default: all-checkpoints)")
-    bench.add_argument("--epoch", type=bounded(int, 1), help="paper protocol: the epoch whose checkpoint each run "
-                                                             "gives (default: 3/4 of a built zoo's epochs; 75 for an "
-                                                             "imported release)")
-    bench.add_argument("--where", nargs="+", metavar="COLUMN=VALUE",
-                       help="select checkpoints by metadata, as Zoo.select(where=...): optimizer=adam, "
-                            "epoch=1,6,12 (any of), learning_rate=1e-4..1e-3 (range), train_loss=null")
+    _add_selection_arguments(bench, "the checkpoints trained and scored on")
     bench.add_argument("--seeds", type=bounded(int, 1), default=5, help="seeds per model (default: 5)")
     bench.add_argument("--epochs", type=bounded(int, 1), default=30,
                        help="epochs for the neural models (default: 30)")

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import re
 import stat
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -26,14 +27,17 @@ import numpy as np
 import pyarrow as pa
 
 from small_transformer_zoo.errors import DataError
+from small_transformer_zoo.format.selection import normalise_where
 from small_transformer_zoo.store.files import atomic_write_bytes
 
 from .metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, RunResamples, defined,
                       paired_difference, percentile_interval, scores)
+from .protocols import protocol_where
 from .targets import TARGETS, Target, get_target
 from .parquet_child import read_columns
 
 ID_COLUMN = "checkpoint_id"
+EVERY_CHECKPOINT = "every checkpoint"
 SHOW = 5
 MAX_BYTES = 64 << 20      # a submission for 125,000 checkpoints is a few MB
 MAX_ROWS = 1_000_000
@@ -240,14 +244,14 @@ class Truth:
     runs: list[str]
 
 
-def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str,
-                     target: str = "test_accuracy") -> tuple[list[str], np.ndarray, Truth | None]:
-    """A submission's ids and predictions, checked against a zoo split (every distinct checkpoint of the split,
-    as `Zoo.select` counts them, once; no other id), with the truth in the same order, or None where this copy of
-    the zoo withholds the target."""
+def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str, target: str = "test_accuracy",
+                     where: Mapping[str, Any] | None = None) -> tuple[list[str], np.ndarray, Truth | None]:
+    """A submission's ids and predictions, checked against a zoo split (every checkpoint of the split that
+    `Zoo.select` picks with `where`, once; no other id), with the truth in the same order, or None where this copy
+    of the zoo withholds the target."""
     chosen = get_target(target)
     ids, predicted = read_submission(path, target)
-    meta = zoo.metadata(split).take(zoo.select(split))
+    meta = zoo.metadata(split).take(zoo.select(split, where=where))
     order = meta.column("checkpoint_id").to_pylist()
     known = set(order)
     given = set(ids)
@@ -257,9 +261,13 @@ def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str,
         repeated = set(zoo.metadata(split).column("checkpoint_id").to_pylist()) & set(unknown)
         note = (f" ({len(repeated)} of them repeat another checkpoint's weights or are diverged, and are scored "
                 f"once, under the first id)" if repeated else "")
-        raise SubmissionError(f"{path}: ids that are not checkpoints of {zoo.config}/{split}{note}: {_few(unknown)}")
+        raise SubmissionError(f"{path}: ids that are not checkpoints of {zoo.config}/{split}{_selected(where)}{note}: "
+                              f"{_few(unknown)}")
     if missing:
-        raise SubmissionError(f"{path}: {zoo.config}/{split} checkpoints with no prediction: {_few(missing)}")
+        hint = ("; a submission for one checkpoint per run (stz bench --protocol paper) is scored with the same "
+                "protocol (--protocol paper, and the bench's --epoch and --where)" if not where else "")
+        raise SubmissionError(f"{path}: {zoo.config}/{split} checkpoints{_selected(where)} with no prediction: "
+                              f"{_few(missing)}{hint}")
     if set(chosen.columns) & set(zoo.withheld(split)):
         return ids, predicted, None
     position = {cid: i for i, cid in enumerate(order)}
@@ -268,6 +276,20 @@ def check_submission(path: str | os.PathLike[str], zoo: Zoo, split: str,
     return ids, predicted, Truth(chosen.values(rows, f"{zoo.dir}/{split}"),
                                  rows.column("test_accuracy").to_numpy(zero_copy_only=False).astype(float),
                                  rows.column("run_id").to_pylist())
+
+
+def _selected(where: Mapping[str, Any] | None) -> str:
+    return f" (selected by {selection_text(normalise_where(where))})" if where else ""
+
+
+def selection_text(conditions: list[Any]) -> str:
+    """A selection's conditions (`normalise_where`'s triples) as one line: `epoch = 6, is_best = False`."""
+    shown = {"eq": "= {}", "in": "in {}", "null": "is null", "range": "in [{}, {}]"}
+    parts = []
+    for column, op, value in conditions:
+        values = value if op == "range" else [value]
+        parts.append(f"{column} " + shown[op].format(*("-" if v is None else v for v in values)))
+    return ", ".join(parts) or EVERY_CHECKPOINT
 
 
 def score_values(predicted: np.ndarray, truth: Truth, target: str = "test_accuracy",
@@ -305,17 +327,23 @@ def score_values(predicted: np.ndarray, truth: Truth, target: str = "test_accura
 
 def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[str], config: str | None = None,
                      split: str = "test", thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
-                     target: str = "test_accuracy") -> dict[str, Any]:
-    """Validate a submission against a zoo split and score it with its intervals (`score_values`); the zoo (a Zoo,
-    or a local or Hub root) must hold the split's labels."""
+                     target: str = "test_accuracy", *, protocol: str = "all-checkpoints", epoch: int | None = None,
+                     where: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate a submission against the checkpoints of a zoo split that a benchmark protocol and `where` select
+    (`protocols.protocol_where`, as `stz bench` selects them) and score it with its intervals (`score_values`);
+    the selection is kept in the scores. The zoo (a Zoo, or a local or Hub root) must hold the split's labels."""
     from small_transformer_zoo import as_zoo  # here: reading a submission needs neither torch nor a zoo
     zoo = as_zoo(zoo, config)
     config = zoo.config
-    _, predicted, truth = check_submission(path, zoo, split, target)
+    selection, epoch = protocol_where(zoo, protocol, epoch, where)
+    _, predicted, truth = check_submission(path, zoo, split, target, selection)
     if truth is None:
         raise SubmissionError(f"{zoo.dir}: the labels of {config}/{split} are withheld in this copy of the zoo; "
                               f"the leaderboard's maintainers score it against their full copy")
-    return score_values(predicted, truth, target, thresholds)
+    out = score_values(predicted, truth, target, thresholds)
+    if selection:
+        out.update(protocol=protocol, epoch=epoch, selection=[list(c) for c in normalise_where(selection)])
+    return out
 
 
 def write_submission(path: str | os.PathLike[str], ids: list[str], predicted: np.ndarray,
@@ -343,13 +371,28 @@ def entry_target(entry: dict[str, Any]) -> str:
     return str(entry["metrics"].get("target") or "test_accuracy")
 
 
+def entry_selection(entry: dict[str, Any]) -> str:
+    """The checkpoints an entry was scored on, in words (entries scored on all of a split's have none stored)."""
+    conditions = entry["metrics"].get("selection") or []
+    try:
+        return selection_text(conditions)
+    except (TypeError, ValueError, KeyError, IndexError):  # a results file from elsewhere: shown, never trusted
+        return json.dumps(conditions)
+
+
+def _table_key(entry: dict[str, Any]) -> tuple[str, str, str, str]:
+    """Entries rank against each other only when scored on the same checkpoints for the same target."""
+    return str(entry["config"]), str(entry["split"]), entry_target(entry), entry_selection(entry)
+
+
 def with_result(entries: list[dict[str, Any]], name: str, config: str, split: str, metrics: dict[str, Any],
                 source: str) -> list[dict[str, Any]]:
     """The entries with one added, replacing any of the same name, config, split and target."""
-    key = (name, config, split, metrics.get("target") or "test_accuracy")
-    kept = [e for e in entries if (e["name"], e["config"], e["split"], entry_target(e)) != key]
-    return kept + [{"name": name, "config": config, "split": split, "target": key[3], "metrics": defined(metrics),
-                    "source": source, "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}]
+    entry = {"name": name, "config": config, "split": split, "target": metrics.get("target") or "test_accuracy",
+             "metrics": defined(metrics), "source": source,
+             "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    key = (name, _table_key(entry))
+    return [e for e in entries if (e["name"], _table_key(e)) != key] + [entry]
 
 
 def results_bytes(entries: list[dict[str, Any]]) -> bytes:
@@ -403,19 +446,20 @@ def _tied_with(best: dict[str, Any], other: dict[str, Any], column: str) -> bool
 
 
 def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> str:
-    """Ranked Markdown tables, one per zoo config, split and target, best first. Each cell shows its 95% interval
+    """Ranked Markdown tables, one per zoo config, split, target and selection, best first. Each cell shows its 95% interval
     over test runs; entries whose paired interval of the difference with the best holds 0 share its rank ("1=").
     "-" where a metric is not defined (null: fewer than two checkpoints above a threshold)."""
     out = []
-    for key in sorted({(e["config"], e["split"], entry_target(e)) for e in entries}):
+    for key in sorted({_table_key(e) for e in entries}):
         target = get_target(key[2]) if key[2] in TARGETS else None
         classify = target is not None and target.kind == "classification"
         main = "accuracy" if classify else "tau"
         columns = ["accuracy", "macro_f1"] if classify else ["tau"] + [f"tau@{t:g}" for t in thresholds] + ["r2", "l1"]
-        rows = sorted((e for e in entries if (e["config"], e["split"], entry_target(e)) == key),
+        rows = sorted((e for e in entries if _table_key(e) == key),
                       key=lambda e: -_finite(e["metrics"].get(main)))
         header = ["rank", "name"] + [c.replace("@", " >= ") for c in columns] + ["runs"]
-        out += [f"### {markdown_text(str(key[0]))} / {markdown_text(str(key[1]))} / {markdown_text(key[2])}", "",
+        title = " / ".join(markdown_text(part) for part in key if part != EVERY_CHECKPOINT)
+        out += [f"### {title}", "",
                 "Each cell: the score [95% interval from a bootstrap over the split's runs]; `1=`: tied with the "
                 "best (the paired interval of the difference holds 0).", "",
                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -16,7 +16,7 @@ from nfn_baselines.cli import register  # noqa: F401  (the subcommand module imp
 from nfn_baselines.leaderboard import load_leaderboard, score_submission
 from nfn_baselines.metrics import scores
 from nfn_baselines.report import render_markdown, score
-from small_transformer_zoo import ZooWriter, mnist_spec
+from small_transformer_zoo import Zoo, ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.format.metadata import OPTIMIZERS
@@ -131,6 +131,42 @@ def test_the_paper_protocol_filters_then_trains_per_threshold(learnable_zoo: Pat
         load_bench_data(learnable_zoo, "learnable", protocol="paper")
     with pytest.raises(ValueError, match="--epoch belongs to the paper protocol"):
         load_bench_data(learnable_zoo, "learnable", epoch=2)
+
+
+def test_a_paper_protocol_submission_is_scored_on_the_checkpoints_it_was_made_for(
+        learnable_zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    board = tmp_path / "board.json"
+    assert main(["bench", str(learnable_zoo), "--config", "learnable", "--protocol", "paper", "--epoch", "2",
+                 "--seeds", "1", "--epochs", "2", "--models", "lightgbm", "l2_norm", "--thresholds", "0.6",
+                 "--out", str(tmp_path), "--leaderboard", str(board), "--resamples", "100"]) == 0
+    assert "not entered in" in capsys.readouterr().err, "the L2 norm ranks; it does not predict accuracies"
+    saved = json.loads((tmp_path / "learnable-bench-paper.json").read_text())
+    entries = load_leaderboard(board)
+    assert {e["name"] for e in entries} == {"lightgbm"}
+    lightgbm = next(e["metrics"] for e in entries if e["name"] == "lightgbm")
+    assert lightgbm["tau"] == pytest.approx(saved["models"]["lightgbm"]["columns"]["tau"]["estimate"])
+    assert lightgbm["selection"] == [["epoch", "eq", 2], ["is_best", "eq", False]] and lightgbm["epoch"] == 2
+    submission = tmp_path / "submissions" / "learnable-bench-paper-lightgbm.csv"
+    with pytest.raises(DataError, match=r"with no prediction: .*scored with the same protocol \(--protocol paper"):
+        score_submission(submission, learnable_zoo, "learnable")
+    assert main(["score", str(submission), "--zoo", str(learnable_zoo), "--config", "learnable", "--protocol",
+                 "paper", "--epoch", "2", "--leaderboard", str(board), "--name", "lightgbm"]) == 0
+    assert "(epoch = 2, is_best = False)" in capsys.readouterr().out
+    assert len(load_leaderboard(board)) == 1, "the same name and selection is replaced"
+    every = tmp_path / "every.csv"
+    test = Zoo.open(learnable_zoo, "learnable")
+    meta = test.metadata("test").take(test.select("test"))
+    every.write_text("checkpoint_id,predicted_accuracy\n" + "".join(
+        f"{cid},{acc}\n" for cid, acc in zip(meta.column("checkpoint_id").to_pylist(),
+                                             meta.column("test_accuracy").to_pylist())))
+    assert main(["score", str(every), "--zoo", str(learnable_zoo), "--config", "learnable", "--leaderboard",
+                 str(board), "--name", "lightgbm"]) == 0
+    assert len(load_leaderboard(board)) == 2, "scores on other checkpoints rank in their own table"
+    capsys.readouterr()
+    assert main(["leaderboard", str(board)]) == 0
+    tables = capsys.readouterr().out
+    assert r"### learnable / test / test\_accuracy / epoch = 2, is\_best = False" in tables
+    assert "### learnable / test / test\\_accuracy\n" in tables
 
 
 def test_a_threshold_that_leaves_too_few_checkpoints_is_not_trained_and_says_so(learnable_zoo: Path) -> None:
