@@ -179,7 +179,7 @@ def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, 
     for group in groups:
         results = train_predictors([nets[i] for i in group], data.spec, (train.params, labels[0]),
                                    (validation.params, labels[1]), [configs[i] for i in group],
-                                   loss=data.target.loss)
+                                   loss=data.target.loss, prepared=(prepared["train"], prepared["validation"]))
         for i, trained in zip(group, results):
             predictions = {s: predict_prepared(trained.model, prepared[s], data.spec, data.target.loss, trained.scale)
                            for s in SPLITS}

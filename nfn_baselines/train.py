@@ -32,6 +32,7 @@ from small_transformer_zoo.weights.weight_space import TransformerWeights
 from .metrics import kendall_tau
 
 Loss = Literal["bce", "mse", "ce"]
+Inputs = tuple[torch.Tensor, ...]  # a model's prepared inputs (`prepare`), one row per checkpoint
 PREDICT_CHUNK = 256
 
 
@@ -84,7 +85,7 @@ class _Prepared(nn.Module):
         return self.model.forward_logits(TransformerWeights.from_params(inputs[0], self.spec))
 
 
-def prepare(model: nn.Module, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def prepare(model: nn.Module, params: torch.Tensor) -> Inputs:
     """A model's first step on packed weights [N, n_params], in chunks (identity for a model without one)."""
     if not hasattr(model, "prepare"):
         return (params,)
@@ -144,11 +145,18 @@ def train_predictor(model: nn.Module, spec: ArchitectureSpec, train: tuple[torch
 def train_predictors(models: Sequence[nn.Module], spec: ArchitectureSpec, train: tuple[torch.Tensor, torch.Tensor],
                      validation: tuple[torch.Tensor, torch.Tensor], configs: Sequence[TrainConfig],
                      progress: Callable[[dict[str, float]], None] | None = None,
-                     loss: Loss = "bce") -> list[TrainResult]:
+                     loss: Loss = "bce", prepared: tuple[Inputs, Inputs] | None = None) -> list[TrainResult]:
     """Train models of one architecture together, model k with `configs[k]` (its own seed, learning rate, weight
-    decay, epochs and patience; batch size, augmentation and device shared)."""
+    decay, epochs and patience; batch size, augmentation and device shared). `prepared`: the training and
+    validation weights already through the models' first step (`prepare`), so that a caller training several
+    groups on the same splits prepares them once (with augmentation, the training inputs are prepared per batch
+    from the moved weights instead)."""
     if len(models) != len(configs) or not models:
         raise ValueError("train_predictors needs one config per model, and at least one model")
+    for name, inputs, (params, _) in zip(("training", "validation"), prepared or (), (train, validation)):
+        if not inputs or any(len(t) != len(params) for t in inputs):
+            raise ValueError(f"prepared {name} inputs of {[len(t) for t in inputs]} rows for {len(params)} "
+                             f"checkpoints")
     shared = {(c.batch_size, c.augment, c.device) for c in configs}
     if len(shared) != 1:
         raise ValueError(f"models trained together share batch size, augmentation and device; got {sorted(shared)}")
@@ -158,7 +166,8 @@ def train_predictors(models: Sequence[nn.Module], spec: ArchitectureSpec, train:
     device = torch.device(configs[0].device)
     with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
         torch.manual_seed(configs[0].seed)
-        return _BatchedTraining(list(models), spec, train, validation, list(configs), loss, device).run(progress)
+        return _BatchedTraining(list(models), spec, train, validation, list(configs), loss, device,
+                                prepared).run(progress)
 
 
 class _BatchedTraining:
@@ -166,7 +175,7 @@ class _BatchedTraining:
 
     def __init__(self, models: list[nn.Module], spec: ArchitectureSpec, train: tuple[torch.Tensor, torch.Tensor],
                  validation: tuple[torch.Tensor, torch.Tensor], configs: list[TrainConfig], loss: Loss,
-                 device: torch.device) -> None:
+                 device: torch.device, prepared: tuple[Inputs, Inputs] | None = None) -> None:
         self.models, self.spec, self.configs, self.loss, self.device = models, spec, configs, loss, device
         self.wrapped = [_Prepared(m.to(device), spec) for m in models]
         self.params, self.buffers = stack_module_state(self.wrapped)
@@ -179,8 +188,9 @@ class _BatchedTraining:
         self.train_params, self.train_labels = train[0].to(device), labels
         self.validation_params, self.validation_labels = validation[0].to(device), validation[1].numpy()
         self.augment = configs[0].augment
-        self.inputs = None if self.augment else prepare(models[0], self.train_params)
-        self.validation_inputs = prepare(models[0], self.validation_params)
+        moved = None if prepared is None else [tuple(t.to(device) for t in inputs) for inputs in prepared]
+        self.inputs = None if self.augment else moved[0] if moved else prepare(models[0], self.train_params)
+        self.validation_inputs = moved[1] if moved else prepare(models[0], self.validation_params)
         self.generators = [torch.Generator().manual_seed(c.seed) for c in configs]
         count = len(models)
         self.lr = torch.tensor([c.lr for c in configs], device=device)

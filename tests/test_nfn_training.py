@@ -2,10 +2,12 @@
 
 import math
 
+import pytest
 import torch
 
+from nfn_baselines.baselines import FlatPredictor
 from nfn_baselines.model import TransformerNFN
-from nfn_baselines.train import TrainConfig, predict, train_predictor, warmup_cosine
+from nfn_baselines.train import TrainConfig, predict, prepare, train_predictor, train_predictors, warmup_cosine
 from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.testing.labelled_weights import shifted_bias_weights
 from small_transformer_zoo.weights.weight_space import TransformerWeights
@@ -59,3 +61,36 @@ def test_augmentation_by_group_elements() -> None:
     assert abs(loss(FlatProbe, True) - loss(FlatProbe, False)) > 1e-4
     nfn = lambda: TransformerNFN(SPEC)  # noqa: E731
     assert abs(loss(nfn, True) - loss(nfn, False)) < 1e-5
+
+
+class CountedStatNN(FlatPredictor):
+    """STATNN that counts the checkpoints its first step sees."""
+
+    prepared_rows = 0
+
+    def prepare(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        CountedStatNN.prepared_rows += len(params)
+        return super().prepare(params)
+
+
+def test_inputs_prepared_once_train_as_inputs_prepared_inside() -> None:
+    """`train_predictors(prepared=...)` skips the first step on both splits and trains exactly as without it."""
+    train, validation = shifted_bias_weights(SPEC, 64, 4), shifted_bias_weights(SPEC, 24, 5)
+    configs = [TrainConfig(epochs=2, warmup_epochs=1, seed=seed) for seed in (0, 1)]
+
+    def fit(prepared: tuple | None) -> list:
+        torch.manual_seed(0)
+        models = [CountedStatNN(SPEC, "statnn") for _ in configs]
+        CountedStatNN.prepared_rows = 0
+        return train_predictors(models, SPEC, train, validation, configs, prepared=prepared)
+
+    inside = fit(None)
+    assert CountedStatNN.prepared_rows == 64 + 24
+    given = (prepare(FlatPredictor(SPEC, "statnn"), train[0]), prepare(FlatPredictor(SPEC, "statnn"), validation[0]))
+    once = fit(given)
+    assert CountedStatNN.prepared_rows == 0
+    for a, b in zip(inside, once):
+        assert a.history == b.history and a.best_epoch == b.best_epoch
+        assert torch.equal(a.model.head[1].weight, b.model.head[1].weight)
+    with pytest.raises(ValueError, match="prepared validation inputs of \\[23\\] rows for 24 checkpoints"):
+        fit((given[0], tuple(t[:23] for t in given[1])))
