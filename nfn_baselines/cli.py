@@ -136,12 +136,13 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     from small_transformer_zoo import open_zoo
+    from small_transformer_zoo.format.selection import parse_where
 
     from .hub_leaderboard import main_metric_text, submit
 
     zoo = open_zoo(args.root, args.config, args.revision)
     done = submit(args.submission, args.leaderboard, zoo, zoo.config, args.split, args.name, tuple(args.thresholds),
-                  target=args.target)
+                  target=args.target, protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []))
     local = ("labels withheld in this zoo: the maintainers score it" if done.metrics is None
              else f"{main_metric_text(done.metrics)} against the labels of {args.root}")
     print(f"opened pull request #{done.pr_num} on {args.leaderboard}: {done.pr_url} ({local})")
@@ -215,6 +216,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--name", required=True, help="name on the leaderboard (letters, digits, ' ._-')")
     submit.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                         help="accuracy thresholds of the local scores (default: 0.2 0.4 0.6 0.8)")
+    _add_selection_arguments(submit, "the checkpoints the predictions are for, as `stz bench` selected them")
     submit.set_defaults(func=_submit)
     rev = sub.add_parser("review", help="maintainers: re-score a leaderboard's pull requests against the full zoo "
                                         "and merge them")

@@ -1,7 +1,7 @@
 """A leaderboard that lives on the Hub (docs/design.md section 10).
 
 A leaderboard is a Hub dataset repo holding `results.json` (the format of `leaderboard.py`) and the accepted
-submissions under `submissions/<config>/<split>/`. A participant's `stz submit` checks a submission against the
+submissions under `submissions/<config>/<split>/` (and a folder per target and selection beyond the default). A participant's `stz submit` checks a submission against the
 public zoo (every id once, scores where the zoo holds the labels) and opens a pull request that adds the file and
 a claim (`<name>.json`: who, which zoo split, the file's sha256, the scores seen locally). A maintainer's
 `stz review` re-scores the pull request's file against the full zoo, the one with the held-out labels, and only
@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,12 @@ from typing import Any
 from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError, hub_errors
 from small_transformer_zoo.format.manifest import package_version
+from small_transformer_zoo.format.selection import normalise_where, where_of
 
 from .leaderboard import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
-                          score_values, with_result)
+                          score_values, selection_text, with_result)
 from .metrics import DEFAULT_THRESHOLDS, defined
+from .protocols import PROTOCOLS, protocol_where
 from .targets import get_target
 
 RESULTS = "results.json"
@@ -61,33 +64,46 @@ def _hub_call(what: str, call: Any, *args: Any, passthrough: type[Exception] | t
         return call(*args, **kwargs)
 
 
-def submission_path(config: str, split: str, name: str, suffix: str, target: str = "test_accuracy") -> str:
-    """Where an accepted submission lives in the leaderboard repo (under its target's folder, except for the
-    default target, test accuracy)."""
+def submission_path(config: str, split: str, name: str, suffix: str, target: str = "test_accuracy",
+                    selection: Sequence[Any] = ()) -> str:
+    """Where an accepted submission lives in the leaderboard repo: under its target's folder (except for the
+    default target, test accuracy) and its selection's (`normalise_where`'s conditions; none for every
+    checkpoint), named after the selection and a digest of it, so that two selections never share a file."""
     if not NAME.fullmatch(name):
         raise SubmissionError(f"name {name!r}: 1-64 letters, digits, spaces, '.', '_' or '-', starting with a "
                               f"letter or digit")
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
     folder = f"{SUBMISSIONS}/{config}/{split}" + ("" if target == "test_accuracy" else f"/{get_target(target).name}")
-    return f"{folder}/{slug}{suffix}"
+    if selection:
+        digest = hashlib.sha256(json.dumps([list(c) for c in selection]).encode()).hexdigest()[:8]
+        folder += f"/{_slug(selection_text(list(selection)))[:64]}-{digest}"
+    return f"{folder}/{_slug(name)}{suffix}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)
 
 
 def submit(path: str | os.PathLike[str], repo_id: str, zoo: Zoo | str | os.PathLike[str], config: str | None,
            split: str, name: str, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
-           token: Any = None, target: str = "test_accuracy") -> Submitted:
-    """Check a submission against the (public) zoo, then open a pull request adding it and its claim."""
+           token: Any = None, target: str = "test_accuracy", *, protocol: str = "all-checkpoints",
+           epoch: int | None = None, where: Mapping[str, Any] | None = None) -> Submitted:
+    """Check a submission against the checkpoints of the (public) zoo that the protocol and `where` select (as
+    `score_submission` does), then open a pull request adding it and its claim (which records the selection)."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     path = Path(path)
     zoo = as_zoo(zoo, config)
     config = zoo.config
+    selection, epoch = protocol_where(zoo, protocol, epoch, where)
     suffix = ".parquet" if path.suffix.lower() == ".parquet" else ".csv"
-    destination = submission_path(config, split, name, suffix, target)
-    _, predicted, truth = check_submission(path, zoo, split, target)
+    destination = submission_path(config, split, name, suffix, target, normalise_where(selection))
+    _, predicted, truth = check_submission(path, zoo, split, target, selection)
     metrics = None if truth is None else defined(score_values(predicted, truth, target, thresholds))
     raw = path.read_bytes()
     claim = {"format": "stz-submission", "version": 1, "name": name, "config": config, "split": split,
-             "target": target, "file": destination, "sha256": hashlib.sha256(raw).hexdigest(), "metrics": metrics,
+             "target": target, "protocol": protocol, "epoch": epoch,
+             "where": [list(c) for c in normalise_where(where)], "file": destination,
+             "sha256": hashlib.sha256(raw).hexdigest(), "metrics": metrics,
              "submitted_with": f"small-transformer-zoo {package_version()}"}
     operations = [CommitOperationAdd(destination, raw),
                   CommitOperationAdd(destination.rsplit(".", 1)[0] + ".json", json.dumps(claim, indent=2).encode())]
@@ -168,7 +184,9 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
     if digest != claim["sha256"]:
         raise SubmissionError(f"{where}: {claim['file']} has sha256 {digest}, its claim says {claim['sha256']}")
-    metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds, claim_target(claim)))
+    protocol, epoch, chosen = claim_selection(claim, where)
+    metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds, claim_target(claim),
+                                       protocol=protocol, epoch=epoch, where=chosen))
     if merge:
         entries = with_result(hub_results(repo_id, "main", token), claim["name"], claim["config"], claim["split"],
                               metrics, f"pull request #{pr_num}: {claim['file']}")
@@ -206,6 +224,25 @@ def claim_target(claim: dict[str, Any]) -> str:
     return str(claim.get("target") or "test_accuracy")
 
 
+def claim_selection(claim: dict[str, Any], where: str) -> tuple[str, int | None, dict[str, Any]]:
+    """A claim's protocol, epoch and `where` (claims made before there were selections are for every
+    checkpoint), checked: anything else is a SubmissionError naming `where`."""
+    protocol, epoch = claim.get("protocol") or "all-checkpoints", claim.get("epoch")
+    if protocol not in PROTOCOLS:
+        raise SubmissionError(f"{where}: protocol {protocol!r} is not one of {list(PROTOCOLS)}")
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1):
+        raise SubmissionError(f"{where}: epoch {epoch!r} is not a positive whole number")
+    if (protocol == "paper") != (epoch is not None):
+        raise SubmissionError(f"{where}: protocol {protocol!r} with epoch {epoch!r}: the paper protocol, and only "
+                              f"it, names its epoch")
+    try:
+        chosen = where_of(claim.get("where") or [])
+        protocol_where(None, protocol, epoch, chosen)
+    except (TypeError, ValueError) as exc:
+        raise SubmissionError(f"{where}: its selection cannot be read ({exc})") from None
+    return protocol, epoch, chosen
+
+
 def main_metric_text(metrics: dict[str, Any]) -> str:
     """The main metric of scores as text ("undefined" where it is null, as for constant predictions)."""
     name = "accuracy" if "accuracy" in metrics else "tau"
@@ -220,8 +257,10 @@ def _check_claim(raw: bytes, changed: list[str], where: str) -> dict[str, Any]:
         raise SubmissionError(f"{where}: not JSON ({exc})") from None
     if not isinstance(claim, dict) or any(k not in claim for k in CLAIM_KEYS) or claim["format"] != "stz-submission":
         raise SubmissionError(f"{where}: not a submission claim (needs {list(CLAIM_KEYS)})")
+    protocol, epoch, chosen = claim_selection(claim, where)
+    selection, _ = protocol_where(None, protocol, epoch, chosen)
     expected = submission_path(str(claim["config"]), str(claim["split"]), str(claim["name"]),
-                               Path(str(claim["file"])).suffix, claim_target(claim))
+                               Path(str(claim["file"])).suffix, claim_target(claim), normalise_where(selection))
     if claim["file"] != expected or expected not in changed:
         raise SubmissionError(f"{where}: names file {claim['file']!r}, expected {expected!r} in the pull request")
     return claim

@@ -43,14 +43,17 @@ def paper_epoch(zoo: Zoo) -> int:
     return epoch
 
 
-def protocol_where(zoo: Zoo, protocol: str = "all-checkpoints", epoch: int | None = None,
+def protocol_where(zoo: Zoo | None, protocol: str = "all-checkpoints", epoch: int | None = None,
                    where: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], int | None]:
     """The metadata selection (`Zoo.select`'s `where`) of a protocol over `where`, and the protocol's epoch: the
-    paper protocol adds its epoch (`paper_epoch` unless given) and leaves out the copied best checkpoints."""
+    paper protocol adds its epoch (the zoo's `paper_epoch` unless given) and leaves out the copied best
+    checkpoints."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose from {list(PROTOCOLS)}")
     selection = dict(where or {})
     if protocol == "paper":
+        if epoch is None and zoo is None:
+            raise ValueError("the paper protocol needs its epoch, or the zoo to find it in")
         epoch = paper_epoch(zoo) if epoch is None else epoch
         if "epoch" in selection:
             raise ValueError("the paper protocol selects the epoch itself (--epoch); leave 'epoch' out of where")

@@ -261,3 +261,50 @@ def test_constant_predictions_and_public_splits(hub: HubServer, synthetic_root: 
     with pytest.raises(SubmissionError, match="split 'train', which this leaderboard does not withhold"):
         review(repo_id, num, synthetic_root, merge=True)
     assert review(repo_id, num, synthetic_root, splits=("test", "train")).metrics["tau"] == pytest.approx(1.0)
+
+
+def test_a_selected_submission_is_submitted_reviewed_and_ranked_on_its_own_checkpoints(
+        hub: HubServer, public_root: Path, synthetic_root: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A paper-protocol submission (one checkpoint per run) goes through `stz submit` and `stz review` with its
+    selection recorded in the claim, and ranks in a table of its own; a claim whose selection is not one is
+    refused."""
+    from nfn_baselines.hub_leaderboard import submission_path
+    from small_transformer_zoo.format.selection import normalise_where
+
+    repo_id = _new_leaderboard(hub, "selected")
+    zoo = Zoo.open(synthetic_root, "syn")
+    meta = zoo.metadata("test").take(zoo.select("test", where={"epoch": 5, "is_best": False}))
+    truth = np.asarray(meta.column("test_accuracy").to_pylist())
+    paper = write_submission(tmp_path / "paper.csv", meta.column("checkpoint_id").to_pylist(),
+                             np.clip(truth + np.random.default_rng(1).normal(0, 0.05, len(truth)), 0, 1))
+    base = ["submit", str(paper), "--leaderboard", repo_id, "--zoo", str(public_root), "--config", "syn"]
+    assert main(base + ["--name", "paper model"]) == 1
+    assert "--protocol paper" in capsys.readouterr().err, "all-checkpoints wants every checkpoint"
+    assert main(base + ["--name", "paper model", "--protocol", "paper", "--epoch", "5"]) == 0
+    every = _predictions(synthetic_root, tmp_path / "every.csv")
+    assert main(["submit", str(every), "--leaderboard", repo_id, "--zoo", str(public_root), "--config", "syn",
+                 "--name", "every model"]) == 0
+    assert main(["review", repo_id, "--zoo", str(synthetic_root), "--merge"]) == 0
+    files = set(HfApi().list_repo_files(repo_id, repo_type="dataset"))
+    placed = submission_path("syn", "test", "paper model", ".csv", selection=normalise_where(
+        {"epoch": 5, "is_best": False}))
+    assert placed.startswith("submissions/syn/test/epoch-5-is_best-False-") and placed in files
+    entries = {e["name"]: e["metrics"] for e in hub_results(repo_id)}
+    expected = score_submission(paper, synthetic_root, "syn", protocol="paper", epoch=5)
+    assert entries["paper model"]["tau"] == pytest.approx(expected["tau"])
+    assert entries["paper model"]["selection"] == [["epoch", "eq", 5], ["is_best", "eq", False]]
+    assert "selection" not in entries["every model"] and entries["every model"]["n"] > entries["paper model"]["n"]
+    capsys.readouterr()
+    assert main(["leaderboard", "--hub", repo_id]) == 0
+    tables = capsys.readouterr().out
+    assert tables.count("| 1 |") == 2 and r"/ epoch = 5, is\_best = False" in tables
+    claim = json.loads(_claim(paper, name="y"))
+    for bad, message in (({"where": [["epoch", "gt", 5]]}, "its selection cannot be read"),
+                         ({"protocol": "paper", "epoch": None}, "the paper protocol, and only it, names its epoch"),
+                         ({"protocol": "mine"}, "protocol 'mine' is not one of"),
+                         ({"protocol": "paper", "epoch": True}, "epoch True is not a positive whole number")):
+        number = _pull_request(repo_id, {"submissions/syn/test/y.csv": paper.read_bytes(),
+                                         "submissions/syn/test/y.json": json.dumps({**claim, **bad}).encode()})
+        with pytest.raises(SubmissionError, match=message):
+            review(repo_id, number, synthetic_root)

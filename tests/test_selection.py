@@ -143,3 +143,40 @@ def test_one_selection_rule_on_every_read_path(drawn: dict, data: st.DataObject,
     split = _read_split(zoo, "train", bench_where, get_target("test_accuracy"))
     assert split.metadata.column("checkpoint_id").to_pylist() == ids
     assert torch.equal(split.params, params)
+
+
+stored_values = {"optimizer": st.sampled_from(COLUMN_VALUES["optimizer"]), "epoch": st.integers(1, 100),
+                 "dropout": st.floats(0, 1), "is_best": st.booleans()}
+stored_wheres = st.dictionaries(st.sampled_from(sorted(stored_values)), st.just(None), max_size=4).flatmap(
+    lambda columns: st.fixed_dictionaries({c: st.one_of(
+        stored_values[c], st.lists(stored_values[c], min_size=1, max_size=3), st.just(None),
+        st.tuples(st.one_of(st.none(), stored_values[c]), st.one_of(st.none(), stored_values[c])))
+        for c in columns}))
+
+
+@settings(max_examples=60, deadline=None)
+@given(where=stored_wheres)
+def test_a_selection_stored_as_json_reads_back_as_the_same_selection(where: dict) -> None:
+    """`where_of` inverts `normalise_where` through JSON (a leaderboard claim), condition for condition."""
+    import json
+
+    from small_transformer_zoo.format.selection import normalise_where, where_of
+
+    stored = json.loads(json.dumps(normalise_where(where)))
+    assert normalise_where(where_of(stored)) == [tuple(c) for c in stored]
+
+
+@pytest.mark.parametrize("stored, message", [
+    ([["epoch", "gt", 5]], "not a \\[column, op, value\\] condition"),
+    ([["epoch", "eq", [5]]], "not a \\[column, op, value\\] condition"),
+    ([["epoch", "range", [1]]], "not a \\[column, op, value\\] condition"),
+    ([["epoch", "eq", 5], ["epoch", "eq", 6]], "given twice"),
+    ([["epoch", "eq", "5"]], "is not an integer"),
+    ([["nope", "null", None]], "unknown column 'nope'"),
+    (["epoch=5"], "not a \\[column, op, value\\] condition"),
+])
+def test_a_stored_selection_that_is_not_one_is_a_clear_error(stored: list, message: str) -> None:
+    from small_transformer_zoo.format.selection import where_of
+
+    with pytest.raises(ValueError, match=message):
+        where_of(stored)

@@ -82,6 +82,31 @@ def normalise_where(where: Mapping[str, Any] | None) -> list[Condition]:
     return out
 
 
+def where_of(conditions: Iterable[Any]) -> dict[str, Any]:
+    """The `where` that `normalise_where` turns into these (column, op, value) conditions: a selection stored as
+    JSON (a leaderboard claim) read back, checked as any `where` is."""
+    out: dict[str, Any] = {}
+    for condition in conditions:
+        if not isinstance(condition, (list, tuple)) or len(condition) != 3 or not isinstance(condition[0], str):
+            raise ValueError(f"where: {condition!r} is not a [column, op, value] condition")
+        column, op, value = condition
+        if column in out:
+            raise ValueError(f"where: column {column!r} is given twice")
+        if op == "eq" and isinstance(value, (str, int, float, bool)):
+            out[column] = value
+        elif op == "in" and isinstance(value, list):
+            out[column] = list(value)
+        elif op == "range" and isinstance(value, (list, tuple)) and len(value) == 2:
+            out[column] = tuple(value)
+        elif op == "null" and value is None:
+            out[column] = None
+        else:
+            raise ValueError(f"where: {condition!r} is not a [column, op, value] condition (op one of eq, in, "
+                             f"range, null, with a value of its shape)")
+    normalise_where(out)
+    return out
+
+
 @dataclass(frozen=True)
 class Selection:
     """A read's filters (module docstring); the defaults select every distinct, non-diverged checkpoint."""
