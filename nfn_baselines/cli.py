@@ -167,7 +167,7 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _add_selection_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """--protocol, --epoch and --where: one meaning for `stz bench` and `stz score`."""
+    """--protocol, --epoch and --where: one meaning for `stz bench`, `stz score` and `stz submit`."""
     parser.add_argument("--protocol", default="all-checkpoints", choices=list(PROTOCOLS),
                         help=f"{what}: all-checkpoints: every selected checkpoint, tau above a threshold on the test "
                              "checkpoints above it; paper: one checkpoint per run (--epoch) and, in `stz bench`, per "

@@ -1,9 +1,9 @@
 """A leaderboard that lives on the Hub (docs/design.md section 10).
 
 A leaderboard is a Hub dataset repo holding `results.json` (the format of `leaderboard.py`) and the accepted
-submissions under `submissions/<config>/<split>/` (and a folder per target and selection beyond the default). A participant's `stz submit` checks a submission against the
-public zoo (every id once, scores where the zoo holds the labels) and opens a pull request that adds the file and
-a claim (`<name>.json`: who, which zoo split, the file's sha256, the scores seen locally). A maintainer's
+submissions under `submissions/<config>/<split>/` (and a folder per target and selection beyond the default). A
+participant's `stz submit` checks a submission against the public zoo (every id once, scores where the zoo holds
+the labels) and opens a pull request that adds the file and a claim (`<name>.json`: who, which zoo split, the file's sha256, the scores seen locally). A maintainer's
 `stz review` re-scores the pull request's file against the full zoo, the one with the held-out labels, and only
 then adds the entry to `results.json` in the pull request and merges it.
 """
@@ -184,7 +184,7 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
     if digest != claim["sha256"]:
         raise SubmissionError(f"{where}: {claim['file']} has sha256 {digest}, its claim says {claim['sha256']}")
-    protocol, epoch, chosen = claim_selection(claim, where)
+    protocol, epoch, chosen, _ = claim_selection(claim, where)
     metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds, claim_target(claim),
                                        protocol=protocol, epoch=epoch, where=chosen))
     if merge:
@@ -224,9 +224,9 @@ def claim_target(claim: dict[str, Any]) -> str:
     return str(claim.get("target") or "test_accuracy")
 
 
-def claim_selection(claim: dict[str, Any], where: str) -> tuple[str, int | None, dict[str, Any]]:
-    """A claim's protocol, epoch and `where` (claims made before there were selections are for every
-    checkpoint), checked: anything else is a SubmissionError naming `where`."""
+def claim_selection(claim: dict[str, Any], where: str) -> tuple[str, int | None, dict[str, Any], dict[str, Any]]:
+    """A claim's protocol, epoch, `where` and the selection they make (`protocol_where`; claims made before there
+    were selections are for every checkpoint), checked: anything else is a SubmissionError naming `where`."""
     protocol, epoch = claim.get("protocol") or "all-checkpoints", claim.get("epoch")
     if protocol not in PROTOCOLS:
         raise SubmissionError(f"{where}: protocol {protocol!r} is not one of {list(PROTOCOLS)}")
@@ -237,10 +237,10 @@ def claim_selection(claim: dict[str, Any], where: str) -> tuple[str, int | None,
                               f"it, names its epoch")
     try:
         chosen = where_of(claim.get("where") or [])
-        protocol_where(None, protocol, epoch, chosen)
+        selection, _ = protocol_where(None, protocol, epoch, chosen)
     except (TypeError, ValueError) as exc:
         raise SubmissionError(f"{where}: its selection cannot be read ({exc})") from None
-    return protocol, epoch, chosen
+    return protocol, epoch, chosen, selection
 
 
 def main_metric_text(metrics: dict[str, Any]) -> str:
@@ -257,8 +257,7 @@ def _check_claim(raw: bytes, changed: list[str], where: str) -> dict[str, Any]:
         raise SubmissionError(f"{where}: not JSON ({exc})") from None
     if not isinstance(claim, dict) or any(k not in claim for k in CLAIM_KEYS) or claim["format"] != "stz-submission":
         raise SubmissionError(f"{where}: not a submission claim (needs {list(CLAIM_KEYS)})")
-    protocol, epoch, chosen = claim_selection(claim, where)
-    selection, _ = protocol_where(None, protocol, epoch, chosen)
+    selection = claim_selection(claim, where)[3]
     expected = submission_path(str(claim["config"]), str(claim["split"]), str(claim["name"]),
                                Path(str(claim["file"])).suffix, claim_target(claim), normalise_where(selection))
     if claim["file"] != expected or expected not in changed:
