@@ -5,7 +5,8 @@ submissions under `submissions/<config>/<split>/` (and a folder per target and s
 participant's `stz submit` checks a submission against the public zoo (every id once, scores where the zoo holds
 the labels) and opens a pull request that adds the file and a claim (`<name>.json`: who, which zoo split and
 selection, the file's sha256, the scores seen locally). A maintainer's `stz review` re-scores the pull request's
-file against the full zoo, the one with the held-out labels, and only then adds the entry to `results.json` in the pull request and merges it.
+file against the full zoo, the one with the held-out labels, and only then adds the entry to `results.json` in
+the pull request and merges it.
 """
 
 from __future__ import annotations
