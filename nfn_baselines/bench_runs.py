@@ -1,5 +1,6 @@
 """`stz bench` as a library call: load the data, train and score every model, repeat on other run splits if asked,
-and write the tables, the JSON, the plots and each model's first-seed submission."""
+and write the tables, the JSON, the plots and each predicting model's first-seed submission (the ranking floors,
+whose values are not in the target's unit, have none)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .bench_data import load_bench_data
 from .benchmark import BenchResult, model_specs, run_benchmark
 from .metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
 from .leaderboard import write_submission
+from .predictors import get_predictor
 from .report import Report, plot_predictions, render_markdown, report_json, score
 
 
@@ -108,7 +110,7 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     if result.data.target.kind == "regression":
         paths["plot"] = plot_predictions(result, report, out / f"{stem}-predicted-vs-true.png", zoo.config)
     column = result.data.target.submission_column
-    for model in result.models:
+    for model in (m for m in result.models if not get_predictor(result.specs[m]).ranks_only):
         predicted = first_seed_predictions(result, model)
         if result.data.target.kind == "classification":
             predicted = np.asarray(result.data.target.classes, dtype=object)[predicted.astype(int)]

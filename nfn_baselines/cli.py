@@ -13,7 +13,7 @@ from small_transformer_zoo.cli import add_zoo_argument, bounded
 from small_transformer_zoo.devices import usable_cores
 
 from .metrics import DEFAULT_THRESHOLDS
-from .predictors import PREDICTORS, default_predictors, get_predictor
+from .predictors import PREDICTORS, default_predictors
 from .protocols import PROTOCOLS
 from .targets import TARGETS
 
@@ -50,11 +50,11 @@ def _bench(args: argparse.Namespace) -> int:
         bar.update(1), bar.set_postfix_str(f"{name} {condition} done")))
     bar.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
+    rankers = [n for n in outcome.result.models if f"submission:{n}" not in outcome.paths]
+    if rankers:
+        print(f"no submission{f' entered in {args.leaderboard}' if args.leaderboard else ''} for "
+              f"{', '.join(rankers)}: they rank checkpoints; their values are not {request.target}s", file=sys.stderr)
     if args.leaderboard:  # our own models enter through the same scorer as everyone's
-        rankers = [n for n in outcome.result.models if get_predictor(outcome.result.specs[n]).ranks_only]
-        if rankers:
-            print(f"not entered in {args.leaderboard}: {', '.join(rankers)} (they rank checkpoints; their values "
-                  f"are not {request.target}s)", file=sys.stderr)
         for name in (n for n in outcome.result.models if n not in rankers):
             submission = outcome.paths[f"submission:{name}"]
             metrics = score_submission(submission, zoo, zoo.config, "test", request.thresholds, target=request.target,
@@ -62,7 +62,8 @@ def _bench(args: argparse.Namespace) -> int:
             add_result(args.leaderboard, name, zoo.config, "test", metrics, f"stz bench (seed 0) {submission}")
     print(outcome.markdown)
     written = ", ".join(str(p) for k, p in outcome.paths.items() if not k.startswith("submission:"))
-    print(f"{outcome.seconds:.0f} s; wrote {written}, {histogram} and a submission per model under {out / 'submissions'}")
+    print(f"{outcome.seconds:.0f} s; wrote {written}, {histogram} and a submission per predicting model under "
+          f"{out / 'submissions'}")
     return 0
 
 

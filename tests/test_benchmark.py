@@ -139,7 +139,8 @@ def test_a_paper_protocol_submission_is_scored_on_the_checkpoints_it_was_made_fo
     assert main(["bench", str(learnable_zoo), "--config", "learnable", "--protocol", "paper", "--epoch", "2",
                  "--seeds", "1", "--epochs", "2", "--models", "lightgbm", "l2_norm", "--thresholds", "0.6",
                  "--out", str(tmp_path), "--leaderboard", str(board), "--resamples", "100"]) == 0
-    assert "not entered in" in capsys.readouterr().err, "the L2 norm ranks; it does not predict accuracies"
+    assert "no submission entered in" in capsys.readouterr().err, "the L2 norm ranks; it does not predict accuracies"
+    assert not (tmp_path / "submissions" / "learnable-bench-paper-l2_norm.csv").exists(), "no file the scorer refuses"
     saved = json.loads((tmp_path / "learnable-bench-paper.json").read_text())
     entries = load_leaderboard(board)
     assert {e["name"] for e in entries} == {"lightgbm"}
