@@ -53,7 +53,8 @@ def _bench(args: argparse.Namespace) -> int:
     rankers = [n for n in outcome.result.models if f"submission:{n}" not in outcome.paths]
     if rankers:
         print(f"no submission{f' entered in {args.leaderboard}' if args.leaderboard else ''} for "
-              f"{', '.join(rankers)}: they rank checkpoints; their values are not in the unit of {request.target}", file=sys.stderr)
+              f"{', '.join(rankers)}: they rank checkpoints; their values are not in the unit of {request.target}",
+              file=sys.stderr)
     if args.leaderboard:  # our own models enter through the same scorer as everyone's
         for name in (n for n in outcome.result.models if n not in rankers):
             submission = outcome.paths[f"submission:{name}"]
