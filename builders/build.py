@@ -22,7 +22,7 @@ import torch
 from safetensors.numpy import load_file, save
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
-from small_transformer_zoo.devices import resolve_device, usable_cores
+from small_transformer_zoo.devices import kernel_set, resolve_device, usable_cores
 from small_transformer_zoo.errors import ZooFormatError
 from small_transformer_zoo.store.files import (atomic_write_bytes, atomic_write_json, check_real_folders,
                                                exclusive_lock)
@@ -203,23 +203,25 @@ def check_output(out: Path, plan: BuildPlan) -> bool:
     return False
 
 
-def save_part(folder: Path, gid: str, checkpoints: list[Checkpoint], device: str = "cpu") -> None:
+def save_part(folder: Path, gid: str, checkpoints: list[Checkpoint], device: str = "cpu",
+              kernels: str | None = None) -> None:
+    """Write one trained group; each record names the device type and the kernel set (`kernel_set`) it ran on."""
     records = [{"run": asdict(c.run), "epoch": c.epoch, "is_best": c.is_best, "metrics": c.metrics,
-                "diverged": c.diverged, "device": device} for c in checkpoints]
+                "diverged": c.diverged, "device": device, "kernels": kernels} for c in checkpoints]
     params = np.stack([c.params for c in checkpoints]).astype(np.float32)
     atomic_write_bytes(folder / f"{gid}.safetensors", save({"params": params}))
     atomic_write_json(folder / f"{gid}.json", records)  # written last: a part counts once its JSON is there
 
 
-def load_part(folder: Path, gid: str) -> tuple[list[Checkpoint], set[str]]:
-    """A part's checkpoints and the devices that trained them."""
+def load_part(folder: Path, gid: str) -> tuple[list[Checkpoint], set[str], set[str]]:
+    """A part's checkpoints, the device types and the kernel sets that trained them."""
     records = json.loads((folder / f"{gid}.json").read_text())
     params = load_file(str(folder / f"{gid}.safetensors"))["params"]
     if len(params) != len(records):
         raise ZooFormatError(folder / f"{gid}.safetensors", f"holds {len(params)} rows for {len(records)} records")
     checkpoints = [Checkpoint(Run(**r["run"]), r["epoch"], r["is_best"], params[i], r["metrics"], r["diverged"])
                    for i, r in enumerate(records)]
-    return checkpoints, {r.get("device", "cpu") for r in records}
+    return checkpoints, {r.get("device", "cpu") for r in records}, {r["kernels"] for r in records if r.get("kernels")}
 
 
 def trained_runs(folders: list[Path]) -> dict[str, Path]:
@@ -246,14 +248,17 @@ def assemble(build: Build, part_dirs: list[Path]) -> dict[str, Any]:
                                                 f"{missing[:2]}), {len(extra)} not in the plan ({extra[:2]})")
     checkpoints: list[Checkpoint] = []
     devices: set[str] = set()
+    kernels: set[str] = set()
     for path in sorted(set(found.values())):
-        part, used = load_part(path.parent, path.stem)
+        part, used, computed_by = load_part(path.parent, path.stem)
         checkpoints += part
         devices |= used
+        kernels |= computed_by
     checkpoints.sort(key=lambda c: (c.run.run_id, c.is_best, c.epoch))
     task = {"name": plan.task, "source": build.data.source, "description": build.request.task.description}
     with ZooWriter(out, plan.config, build.spec, task=task,
-                   provenance={"build_plan": plan.to_dict(), "devices": sorted(devices)},
+                   provenance={"build_plan": plan.to_dict(), "devices": sorted(devices),
+                               "kernels": sorted(kernels)},
                    grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
                    shard_size=build.request.preset.shard_size, overwrite=True) as writer:
         if build.data.embedding is not None:
@@ -381,7 +386,7 @@ def local_executor() -> Callable[..., None]:
             finished = train_groups(todo, data, build.spec, recipe, placement.device, placement.workers,
                                     lambda: bar.update(1))
             for index, (group, checkpoints, seconds) in enumerate(finished, start=1):
-                save_part(parts, group_id(group), checkpoints, placement.device.type)
+                save_part(parts, group_id(group), checkpoints, placement.device.type, kernel_set(placement.device))
                 bar.write(f"group {index}/{len(todo)} {group_id(group)} ({group[0].optimizer}, {len(group)} runs): "
                           f"{seconds:.1f} s")
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from small_transformer_zoo.devices import kernel_set
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 from .data import TaskData
@@ -19,8 +20,9 @@ from .trainer import Checkpoint, Recipe, train_group
 
 
 def _train_task(group: list[Run], data: TaskData, spec: ArchitectureSpec, recipe: Recipe,
-                device: str) -> list[Checkpoint]:
-    return train_group(group, data, spec, recipe, device)
+                device: str) -> tuple[list[Checkpoint], str]:
+    """One group trained on the worker, with the kernel set it was computed by there."""
+    return train_group(group, data, spec, recipe, device), kernel_set(device)
 
 
 def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Callable[..., None]:
@@ -46,7 +48,8 @@ def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Cal
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
                     group = pending.pop(ref)
-                    save_part(parts, group_id(group), ray.get(ref), device)
+                    checkpoints, kernels = ray.get(ref)
+                    save_part(parts, group_id(group), checkpoints, device, kernels)
                     bar.update(1)
 
     return execute

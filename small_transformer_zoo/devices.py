@@ -35,3 +35,15 @@ def resolve_device(name: str) -> torch.device:
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def kernel_set(device: torch.device | str) -> str:
+    """The kernels that compute on `device`, as a build records them: `cpu AVX512` (torch's CPU capability), or
+    `cuda <GPU name> sm_<major><minor>`. Floating-point rounding, and so a trained run's exact bytes, depend on it."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"cuda {torch.cuda.get_device_name(device)} sm_{major}{minor}"
+    return f"{device.type} {torch.backends.cpu.get_cpu_capability()}"

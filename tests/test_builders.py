@@ -22,6 +22,7 @@ from builders.tasks import get_task
 from builders.reference import train_run_plain
 from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group
 from small_transformer_zoo import Zoo, ZooFormatError
+from small_transformer_zoo.devices import kernel_set
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import sinusoidal_positions
 from tests.helpers import build_zoo, quiet, recipe, shared_data
@@ -201,6 +202,7 @@ def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
     assert zoo.verify() == []
     assert zoo.manifest["counts"]["runs"] == 20 and zoo.manifest["checkpoint_epochs"] == [1, 2, "best"]
     assert zoo.manifest["provenance"]["build_plan"]["preset"] == "tiny"
+    assert zoo.manifest["provenance"]["kernels"] == [kernel_set("cpu")]
     rows = [r for s in zoo.splits for r in zoo.metadata(s).to_pylist()]
     assert len(rows) == 20 * 3
     for run_id in {r["run_id"] for r in rows}:
@@ -212,6 +214,15 @@ def test_tiny_build_writes_a_verified_zoo(tiny_build: Path) -> None:
     exact = [float(Fraction(a).limit_denominator(100_000)) == a for a in accuracies]
     assert all(exact), "accuracies are counts over totals (a float64 quotient), without float32 noise"
     assert build_zoo("mnist", "tiny", tiny_build, progress=False, log=quiet)["config"] == "mnist-tiny"  # reused
+
+
+def test_the_kernel_set_is_the_one_torch_computes_with() -> None:
+    """`kernel_set` reads torch's CPU capability, which ATEN_CPU_CAPABILITY lowers: a build records what ran."""
+    script = "from small_transformer_zoo.devices import kernel_set; print(kernel_set('cpu'))"
+    lowered = subprocess.run([sys.executable, "-c", script], cwd=PROJECT, capture_output=True, text=True, check=True,
+                             env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+    assert lowered.stdout.strip() == "cpu DEFAULT"
+    assert kernel_set("cpu") == f"cpu {torch.backends.cpu.get_cpu_capability()}"
 
 
 KILL_AFTER_FIRST_PART = """
