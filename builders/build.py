@@ -221,7 +221,8 @@ def load_part(folder: Path, gid: str) -> tuple[list[Checkpoint], set[str], set[s
         raise ZooFormatError(folder / f"{gid}.safetensors", f"holds {len(params)} rows for {len(records)} records")
     checkpoints = [Checkpoint(Run(**r["run"]), r["epoch"], r["is_best"], params[i], r["metrics"], r["diverged"])
                    for i, r in enumerate(records)]
-    return checkpoints, {r.get("device", "cpu") for r in records}, {r["kernels"] for r in records if r.get("kernels")}
+    # Parts written before kernel sets were recorded say "unknown" rather than nothing.
+    return checkpoints, {r.get("device", "cpu") for r in records}, {r.get("kernels") or "unknown" for r in records}
 
 
 def trained_runs(folders: list[Path]) -> dict[str, Path]:

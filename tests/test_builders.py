@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from builders.batched import GroupDropout, batched_logits, packed_views
-from builders.build import load_task_data
+from builders.build import load_part, load_task_data, save_part
 from builders.data import load_idx_folder, parse_idx
 from builders.grid import FAMILY, OPTIMIZERS, PAPER_GRID, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
 from builders.tasks import get_task
 from builders.reference import train_run_plain
-from builders.trainer import CROP_FILL, init_params, packed_init, random_crop, train_group
+from builders.trainer import CROP_FILL, Checkpoint, init_params, packed_init, random_crop, train_group
 from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.devices import kernel_set
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
@@ -223,6 +223,16 @@ def test_the_kernel_set_is_the_one_torch_computes_with() -> None:
                              env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
     assert lowered.stdout.strip() == "cpu DEFAULT"
     assert kernel_set("cpu") == f"cpu {torch.backends.cpu.get_cpu_capability()}"
+
+
+def test_a_part_names_its_kernel_set_or_says_it_is_unknown(tmp_path: Path) -> None:
+    run = preset_runs("mnist", PRESETS["tiny"])[0]
+    checkpoint = Checkpoint(run, 1, False, np.arange(4, dtype=np.float32), {"validation_accuracy": 0.5}, False)
+    save_part(tmp_path, "recorded", [checkpoint], "cpu", "cpu AVX2")
+    save_part(tmp_path, "older", [checkpoint], "cpu")
+    assert load_part(tmp_path, "recorded")[1:] == ({"cpu"}, {"cpu AVX2"})
+    assert load_part(tmp_path, "older")[1:] == ({"cpu"}, {"unknown"})
+    assert load_part(tmp_path, "recorded")[0][0].params.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 KILL_AFTER_FIRST_PART = """
