@@ -1,5 +1,5 @@
 """Device names as every command takes them (`auto`, `cpu`, `cuda` or `cuda:N`, checked before any work starts),
-and the CPU cores a process may use."""
+the CPU cores a process may use, and the kernel set a device computes with."""
 
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ def usable_cores() -> int:
 
 def kernel_set(device: torch.device | str) -> str:
     """The kernels that compute on `device`, as a build records them: `cpu AVX512` (torch's CPU capability), or
-    `cuda <GPU name> sm_<major><minor>`. Floating-point rounding, and so a trained run's exact bytes, depend on it."""
+    `cuda <GPU name> sm_<major><minor> CUDA <version>`. Floating-point rounding, and so a trained run's exact bytes, depend on it."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
-        return f"cuda {torch.cuda.get_device_name(device)} sm_{major}{minor}"
+        return f"cuda {torch.cuda.get_device_name(device)} sm_{major}{minor} CUDA {torch.version.cuda}"
     return f"{device.type} {torch.backends.cpu.get_cpu_capability()}"
