@@ -39,7 +39,7 @@ def usable_cores() -> int:
 
 def kernel_set(device: torch.device | str) -> str:
     """The kernels that compute on `device`, as a build records them: `cpu AVX512` (torch's CPU capability), or
-    `cuda <GPU name> sm_<major><minor> CUDA <version>`. Floating-point rounding, and so a trained run's exact bytes, depend on it."""
+    `cuda <GPU name> sm_<major><minor> CUDA <version>`. Rounding, and so a trained run's exact bytes, depend on it."""
     import torch
 
     device = torch.device(device)
