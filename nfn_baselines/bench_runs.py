@@ -17,6 +17,7 @@ from small_transformer_zoo import Zoo
 from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json
 
 from .bench_data import load_bench_data
+from .bench_resume import FitStore
 from .benchmark import BenchResult, model_specs, run_benchmark
 from .metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
 from .leaderboard import write_submission
@@ -63,7 +64,9 @@ class BenchOutcome:
     report: Report
     markdown: str
     paths: dict[str, Path]
-    seconds: float
+    seconds: float           # this process's wall time
+    training_seconds: float  # the time every fit took to train, fits resumed from a stopped run included
+    resumed: int             # (model, condition)s read back from a stopped run
 
 
 def _load(zoo: Zoo, request: BenchRequest, split_salt: str | None = None) -> Any:
@@ -72,16 +75,28 @@ def _load(zoo: Zoo, request: BenchRequest, split_salt: str | None = None) -> Any
                            train_runs=request.train_runs)
 
 
+def bench_store(zoo: Zoo, request: BenchRequest, out: Path) -> FitStore:
+    """Where the finished fits of this run are kept until its results are written (`bench_resume`)."""
+    return FitStore.for_run(out, request.stem(zoo.config), zoo, _request_json(request))
+
+
 def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
-              on_done: Callable[[str, str, int], None] | None = None) -> BenchOutcome:
-    """Run the benchmark on `zoo` and write its results under `out`."""
+              on_done: Callable[[str, str, int], None] | None = None, fresh: bool = False) -> BenchOutcome:
+    """Run the benchmark on `zoo` and write its results under `out`. A run stopped before it wrote them resumes
+    from the fits it had finished, unless `fresh`."""
     started = time.perf_counter()
     models = model_specs(request.models, request.ablation)
     seeds = list(range(request.seeds))
+    store = bench_store(zoo, request, out)
+    if fresh:
+        store.clear()
+    results: list[BenchResult] = []
 
     def bench(split_salt: str | None) -> BenchResult:
-        return run_benchmark(_load(zoo, request, split_salt), models, seeds, request.epochs, request.thresholds,
-                             on_done, request.device, request.jobs, request.tune, request.settings)
+        results.append(run_benchmark(_load(zoo, request, split_salt), models, seeds, request.epochs,
+                                     request.thresholds, on_done, request.device, request.jobs, request.tune,
+                                     request.settings, store))
+        return results[-1]
 
     result = bench(None)
     report = score(result, request.thresholds, request.resamples, request.bootstrap_seed)
@@ -101,7 +116,9 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
         document["resplit"] = {"salts": [None] + [f"resplit-{k}" for k in range(1, request.resplit + 1)],
                                "models": spread}
     seconds = time.perf_counter() - started
-    document["seconds"] = seconds
+    training_seconds = sum(sum(r.seconds.values()) for r in results)
+    resumed = sum(r.resumed for r in results)
+    document.update(seconds=seconds, training_seconds=training_seconds, resumed_fits=resumed)
     stem = request.stem(zoo.config)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md"}
@@ -116,7 +133,8 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
             predicted = np.asarray(result.data.target.classes, dtype=object)[predicted.astype(int)]
         paths[f"submission:{model}"] = write_submission(out / "submissions" / f"{stem}-{model}.csv",
                                                         result.data.test_ids, predicted, column)
-    return BenchOutcome(result, report, markdown, paths, seconds)
+    store.clear()
+    return BenchOutcome(result, report, markdown, paths, seconds, training_seconds, resumed)
 
 
 def _request_json(request: BenchRequest) -> dict[str, Any]:

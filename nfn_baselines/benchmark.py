@@ -11,9 +11,10 @@ another there and together on a GPU.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ from small_transformer_zoo.format.architecture import COMPONENTS
 from .bench_data import BenchData, Condition
 from .predictors import FitRequest, Predictor, default_predictors, get_predictor
 from .train import TrainConfig, predict_prepared, prepare, train_predictors, validation_score
+
+if TYPE_CHECKING:
+    from .bench_resume import FitStore
 
 COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
                       ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
@@ -63,6 +67,8 @@ class BenchResult:
     models: list[str] = field(default_factory=list)
     specs: dict[str, str] = field(default_factory=dict)                         # model -> registered predictor
     skipped: dict[str, str] = field(default_factory=dict)                       # condition -> why not trained
+    seconds: dict[tuple[str, str], float] = field(default_factory=dict)         # training time, resumed ones too
+    resumed: int = 0                                                            # (model, condition)s from disk
 
 
 def model_specs(models: Sequence[str] | None = None, ablation: str | None = None) -> list[ModelSpec]:
@@ -92,9 +98,12 @@ def tuning_trials(epochs: int) -> list[dict[str, Any]]:
 def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int], epochs: int,
                   thresholds: Sequence[float] = (0.2, 0.4, 0.6, 0.8),
                   on_done: Callable[[str, str, int], None] | None = None, device: str = "cpu", n_jobs: int = 1,
-                  tune: bool = False, settings: dict[str, Any] | None = None) -> BenchResult:
+                  tune: bool = False, settings: dict[str, Any] | None = None,
+                  store: FitStore | None = None) -> BenchResult:
     """Train and predict every model on every condition and seed. `settings` override every neural model's
-    training settings (`head_dropout`, `patience`, `weight_decay`, ...) and model settings alike."""
+    training settings (`head_dropout`, `patience`, `weight_decay`, ...) and model settings alike. With a `store`
+    (`bench_resume`), a (model, condition) it holds is read back instead of trained, and every one trained is
+    kept there."""
     if not seeds:
         raise ValueError("the benchmark needs at least one seed")
     result = BenchResult(data, data.conditions(thresholds), list(seeds), models=[m.name for m in models],
@@ -103,29 +112,54 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
     for condition in result.conditions:
         if (shortfall := condition.shortfall()) is not None:
             result.skipped[condition.name] = shortfall
+        rows = {s: len(condition.splits[s]) for s in SPLITS}
+        resumable = store is not None and shortfall is None
         for model in models:
-            predictor = get_predictor(model.predictor)
             key = (model.name, condition.name)
-            if shortfall is not None:
-                result.fits[key] = _undefined_fits(condition, data, list(seeds))
+            stored = store.load(data.split_salt, *key, rows, len(seeds)) if resumable else None
+            if stored is not None:
+                result.fits[key], result.seconds[key] = stored.fits, stored.seconds
+                result.resumed += 1
                 if tune:
-                    result.untuned[key] = result.fits[key]
-            elif predictor.kind == "neural":
-                per_trial = _train_neural(predictor, model, condition, data, trials, list(seeds), device,
-                                          settings or {})
-                scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
-                best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
-                result.fits[key] = per_trial[best]
-                if tune:
-                    result.untuned[key] = per_trial[0]
-                    result.trials[key] = [{**t, "mean_validation_score": s} for t, s in zip(trials, scores)]
+                    result.untuned[key] = stored.untuned if stored.untuned is not None else stored.fits
+                    if stored.trials is not None:
+                        result.trials[key] = stored.trials
             else:
-                result.fits[key] = _fit_table_model(predictor, model, condition, data, list(seeds), n_jobs)
-                if tune:  # trees and floors keep their settings: tuned and untuned are the same fits
-                    result.untuned[key] = result.fits[key]
+                started = time.perf_counter()
+                _fit_model(result, model, condition, shortfall, trials, tune, device, n_jobs, settings or {})
+                result.seconds[key] = time.perf_counter() - started
+                if resumable:
+                    untuned = result.untuned.get(key)  # the chosen fits themselves for trees and floors
+                    store.save(data.split_salt, *key, fits=result.fits[key],
+                               untuned=None if untuned is result.fits[key] else untuned,
+                               trials=result.trials.get(key), seconds=result.seconds[key])
             if on_done:
                 on_done(model.name, condition.name, len(seeds))
     return result
+
+
+def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shortfall: str | None,
+               trials: list[dict[str, Any]], tune: bool, device: str, n_jobs: int,
+               settings: dict[str, Any]) -> None:
+    """Train (or, for a condition too small, mark undefined) one model on one condition, into `result`."""
+    data, seeds, key = result.data, result.seeds, (model.name, condition.name)
+    predictor = get_predictor(model.predictor)
+    if shortfall is not None:
+        result.fits[key] = _undefined_fits(condition, data, seeds)
+        if tune:
+            result.untuned[key] = result.fits[key]
+    elif predictor.kind == "neural":
+        per_trial = _train_neural(predictor, model, condition, data, trials, seeds, device, settings)
+        scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
+        best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
+        result.fits[key] = per_trial[best]
+        if tune:
+            result.untuned[key] = per_trial[0]
+            result.trials[key] = [{**t, "mean_validation_score": s} for t, s in zip(trials, scores)]
+    else:
+        result.fits[key] = _fit_table_model(predictor, model, condition, data, seeds, n_jobs)
+        if tune:  # trees and floors keep their settings: tuned and untuned are the same fits
+            result.untuned[key] = result.fits[key]
 
 
 def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,

@@ -28,7 +28,7 @@ def _bench(args: argparse.Namespace) -> int:
     from small_transformer_zoo.format.selection import parse_where
     from small_transformer_zoo.plots import plot_accuracy_histogram
 
-    from .bench_runs import BenchRequest, run_bench
+    from .bench_runs import BenchRequest, bench_store, run_bench
     from .benchmark import model_specs
     from .leaderboard import add_result, score_submission
 
@@ -45,9 +45,13 @@ def _bench(args: argparse.Namespace) -> int:
                                            Path("stz-out") / "bench")
     conditions = 1 + (len(request.thresholds) if request.protocol == "paper" else 0)
     fits = len(model_specs(request.models, request.ablation)) * conditions * (1 + request.resplit)
+    store = bench_store(zoo, request, out)
+    if len(store) and not args.fresh:
+        print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
+              f"({store.folder}; --fresh trains them again)", file=sys.stderr)
     bar = tqdm(total=fits, desc="bench", unit="fit", file=sys.stderr)
     outcome = run_bench(zoo, request, out, on_done=lambda name, condition, _: (
-        bar.update(1), bar.set_postfix_str(f"{name} {condition} done")))
+        bar.update(1), bar.set_postfix_str(f"{name} {condition} done")), fresh=args.fresh)
     bar.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
     rankers = [n for n in outcome.result.models if f"submission:{n}" not in outcome.paths]
@@ -63,7 +67,9 @@ def _bench(args: argparse.Namespace) -> int:
             add_result(args.leaderboard, name, zoo.config, "test", metrics, f"stz bench (seed 0) {submission}")
     print(outcome.markdown)
     written = ", ".join(str(p) for k, p in outcome.paths.items() if not k.startswith("submission:"))
-    print(f"{outcome.seconds:.0f} s; wrote {written}, {histogram} and a submission per predicting model under "
+    resumed = f" ({outcome.resumed} fits resumed; training took {outcome.training_seconds:.0f} s in all)" \
+        if outcome.resumed else ""
+    print(f"{outcome.seconds:.0f} s{resumed}; wrote {written}, {histogram} and a submission per predicting model under "
           f"{out / 'submissions'}")
     return 0
 
@@ -284,4 +290,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--leaderboard", help="score each model's first-seed predictions into this results file")
     bench.add_argument("--device", default="auto", help="where the neural models train: auto (CUDA when torch sees a "
                                                        "GPU), cpu, cuda or cuda:N; trees use the CPU (default: auto)")
+    bench.add_argument("--fresh", action="store_true",
+                       help="train every fit again, ignoring those a stopped run of the same command left in "
+                            "OUT/.resume (default: resume them)")
     bench.set_defaults(func=_bench)
