@@ -23,14 +23,16 @@ class Stopped(Exception):
     """Stands for whatever ends a run early: a closed laptop, a job's time limit, Ctrl-C."""
 
 
-def _stop_after(count: int):
+def _stop_after(count: int, zoo: Zoo, request: BenchRequest, out: Path) -> None:
+    """Run the benchmark and stop it once `count` (model, condition)s are done."""
     done: list[tuple[str, str]] = []
 
     def on_done(model: str, condition: str, _: int) -> None:
         done.append((model, condition))
         if len(done) == count:
             raise Stopped
-    return on_done, done
+    with pytest.raises(Stopped):
+        run_bench(zoo, request, out, on_done=on_done)
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +68,7 @@ def unstopped(zoo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_stopped_run_resumes_and_gives_the_results_of_an_unstopped_one(zoo_root: Path, unstopped: Path,
                                                                          tmp_path: Path) -> None:
     zoo, request = Zoo.open(zoo_root, "resume"), BenchRequest(**REQUEST)
-    on_done, done = _stop_after(4)
-    with pytest.raises(Stopped):
-        run_bench(zoo, request, tmp_path, on_done=on_done)
+    _stop_after(4, zoo, request, tmp_path)
     store = bench_store(zoo, request, tmp_path)
     assert len(store) == 4 and not (tmp_path / "resume-bench-paper-tuned.json").exists()
 
@@ -84,9 +84,7 @@ def test_a_stopped_run_resumes_and_gives_the_results_of_an_unstopped_one(zoo_roo
 def test_a_damaged_record_is_trained_again_with_a_warning_naming_it(zoo_root: Path, unstopped: Path,
                                                                     tmp_path: Path) -> None:
     zoo, request = Zoo.open(zoo_root, "resume"), BenchRequest(**REQUEST)
-    on_done, _ = _stop_after(2)
-    with pytest.raises(Stopped):
-        run_bench(zoo, request, tmp_path, on_done=on_done)
+    _stop_after(2, zoo, request, tmp_path)
     records = sorted(bench_store(zoo, request, tmp_path).folder.glob("*.npz"))
     assert len(records) == 2
     records[0].write_bytes(records[0].read_bytes()[:100])
@@ -99,9 +97,7 @@ def test_a_damaged_record_is_trained_again_with_a_warning_naming_it(zoo_root: Pa
 def test_another_command_or_fresh_trains_from_scratch(zoo_root: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     zoo, request = Zoo.open(zoo_root, "resume"), BenchRequest(**REQUEST)
-    on_done, _ = _stop_after(3)
-    with pytest.raises(Stopped):
-        run_bench(zoo, request, tmp_path, on_done=on_done)
+    _stop_after(3, zoo, request, tmp_path)
     other = BenchRequest(**{**REQUEST, "seeds": 3})
     assert bench_store(zoo, other, tmp_path).folder != bench_store(zoo, request, tmp_path).folder
     scoring_only = BenchRequest(**{**REQUEST, "resamples": 300, "jobs": 2})
@@ -115,9 +111,7 @@ def test_another_command_or_fresh_trains_from_scratch(zoo_root: Path, tmp_path: 
         assert main(argv) == 0
     captured = capsys.readouterr()
     assert "resuming: 3 of 6 fits already done" in captured.err and "3 fits resumed" in captured.out
-    on_done, _ = _stop_after(3)
-    with pytest.raises(Stopped):
-        run_bench(zoo, request, tmp_path, on_done=on_done)
+    _stop_after(3, zoo, request, tmp_path)
     assert main([*argv, "--fresh"]) == 0
     captured = capsys.readouterr()
     assert "resuming" not in captured.err and "fits resumed" not in captured.out
