@@ -95,10 +95,10 @@ class FitStore:
         groups = {"fits": fits, **({"untuned": untuned} if untuned is not None else {})}
         meta = {"format": RECORD_FORMAT, "key": [salt, model, condition], "seconds": seconds, "trials": trials,
                 "groups": {}}
-        for group, fits in groups.items():
+        for group, group_fits in groups.items():
             meta["groups"][group] = [{"trial": f.trial, "validation_score": _number(f.validation_score),
-                                      "best_epoch": f.best_epoch, "splits": sorted(f.predictions)} for f in fits]
-            for i, fit in enumerate(fits):
+                                      "best_epoch": f.best_epoch} for f in group_fits]
+            for i, fit in enumerate(group_fits):
                 for split, values in fit.predictions.items():
                     arrays[f"{group}.{i}.{split}"] = np.asarray(values)
         buffer = io.BytesIO()
