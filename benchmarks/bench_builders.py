@@ -2,6 +2,7 @@
 
     python benchmarks/bench_builders.py [--repeats 3]                  # CPU, the mini preset's settings
     python benchmarks/bench_builders.py --device cuda                  # one GPU, group sizes 64 to 4,096
+    python benchmarks/bench_builders.py --step-times                   # one CPU core: a step by group size
 
 CPU: the same runs (`--runs` Adam runs of the `mini` preset, embedded MNIST, `--train-samples` training samples,
 one epoch, then validation and test) are trained by a plain one-model-at-a-time PyTorch loop (`ZooTransformer` +
@@ -15,7 +16,12 @@ CUDA (the group-size sweep): groups of 64 to 4,096 runs (those that fit in free 
 then the `paper` preset's GPU-hours per task at the best rate. `--sweep` runs the same sweep on a CPU (with small
 `--group-sizes`), which is how its code path is checked without a GPU.
 
-Both end with the `paper` preset's cost: 16,000 runs x 100 epochs on 54,000 training images, validation every
+Step times (`--step-times`): milliseconds per optimizer step of one group of `mini` Adam runs on one thread, per
+group size (`--group-sizes`, default 5 10 17 33), each timed over whole epochs of `--train-samples`, the fastest
+of `--repeats`; then one group of 10 trained `--flush-epochs` epochs twice from the same start, with denormals
+kept and flushed to zero (`torch.set_flush_denormal`), interleaved, with how many of the trained weights differ.
+
+The first two end with the `paper` preset's cost: 16,000 runs x 100 epochs on 54,000 training images, validation every
 epoch, test at the five checkpoints.
 """
 
@@ -37,7 +43,7 @@ from small_transformer_zoo.devices import resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
 from builders.reference import train_run_plain
 from builders.tasks import get_task
-from builders.trainer import Recipe, TrainingTensors, train_group, train_groups
+from builders.trainer import GroupTraining, Recipe, TrainingTensors, train_group, train_groups
 from small_transformer_zoo.format.architecture import mnist_spec
 
 PAPER_TRAIN, PAPER_VALIDATION, PAPER_TEST = 54_000, 6_000, 10_000
@@ -119,6 +125,53 @@ def cpu_benchmark(args: argparse.Namespace) -> None:
           f"{total / rate / 86400:,.0f} days on this machine, {total / rate / 86400 / 100:,.1f} days on 100 of them")
 
 
+def _train_epochs(runs: list, data, spec, recipe: Recipe, epochs: int) -> tuple[float, int, torch.Tensor]:
+    """Seconds and steps of `epochs` training epochs of one group (no evaluation), and its weights after them."""
+    training = GroupTraining(runs, data, spec, recipe, "cpu", None, False)
+    seconds, steps = 0.0, 0
+    for epoch in range(1, epochs + 1):
+        draws = training.streams.epoch(recipe.batch_size, False, False)
+        start = time.perf_counter()
+        training.train_epoch(epoch, draws)
+        seconds += time.perf_counter() - start
+        steps += draws.max_steps
+    return seconds, steps, training.packed.detach().clone()
+
+
+def step_times(args: argparse.Namespace) -> None:
+    """Milliseconds per step of one group on one core by group size, then with denormals flushed to zero."""
+    torch.set_num_threads(1)
+    preset = PRESETS["mini"]
+    data = load_task_data(get_task("mnist"), None, preset)
+    data.train_x, data.train_y = data.train_x[: args.train_samples], data.train_y[: args.train_samples]
+    spec = mnist_spec()
+    adam = [r for r in preset_runs("mnist", preset) if r.optimizer == "adam"]
+    recipe = Recipe(1, (1,), preset.batch_size, preset.augment)
+    sizes = [size for size in args.group_sizes if size <= len(adam)]
+    print(f"groups of mini adam runs (batch {recipe.batch_size}), epochs of {len(data.train_y)} training samples, "
+          f"one thread; torch {torch.__version__}, kernels {torch.backends.cpu.get_cpu_capability()}")
+    first = None
+    for size in sizes:
+        seconds, steps = min(_train_epochs(adam[:size], data, spec, recipe, 1)[:2] for _ in range(args.repeats))
+        per_run = seconds / steps / size * 1e3
+        first = first or per_run
+        print(f"  {size:>3} runs: {seconds / steps * 1e3:7.1f} ms per step, {per_run:.2f} ms per run-step "
+              f"({per_run / first:.2f}x the {sizes[0]}-run group's)")
+    group = adam[:10]
+    best = {False: math.inf, True: math.inf}
+    weights = {}
+    for _ in range(args.repeats):
+        for flush in (False, True):
+            torch.set_flush_denormal(flush)
+            seconds, steps, weights[flush] = _train_epochs(group, data, spec, recipe, args.flush_epochs)
+            best[flush] = min(best[flush], seconds / steps * 1e3)
+    torch.set_flush_denormal(False)
+    differ = int((weights[False] != weights[True]).sum())
+    print(f"  10 runs, {args.flush_epochs} epochs: denormals kept {best[False]:.1f} ms per step, flushed to zero "
+          f"{best[True]:.1f} ms ({best[False] / best[True]:.2f}x); {differ:,} of {weights[False].numel():,} "
+          f"trained weights differ")
+
+
 def group_size_sweep(args: argparse.Namespace) -> None:
     """Model-epochs/s per group size and precision on one device (a GPU; `--sweep` runs it on a CPU too)."""
     device = resolve_device(args.device)
@@ -170,15 +223,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="CPU: runs per way")
     parser.add_argument("--train-samples", type=int, default=1200, help="training samples per epoch")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--group-sizes", type=int, nargs="+", default=[64, 256, 1024, 4096],
-                        help="group-size sweep: runs per group")
+    parser.add_argument("--group-sizes", type=int, nargs="+",
+                        help="runs per group (default: 64 256 1024 4096 for the sweep, 5 10 17 33 for --step-times)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help="group-size sweep: precisions")
     parser.add_argument("--data-dir", help="group-size sweep: an MNIST IDX folder (default: the embedded digits)")
     parser.add_argument("--sweep", action="store_true", help="run the group-size sweep on a CPU too")
+    parser.add_argument("--step-times", action="store_true", help="CPU: ms per step by group size, and with "
+                                                                  "denormals flushed to zero")
+    parser.add_argument("--flush-epochs", type=int, default=2, help="--step-times: epochs of the flush comparison")
     args = parser.parse_args()
-    if resolve_device(args.device).type == "cpu" and not args.sweep:
+    if args.step_times:
+        args.group_sizes = args.group_sizes or [5, 10, 17, 33]
+        step_times(args)
+    elif resolve_device(args.device).type == "cpu" and not args.sweep:
         cpu_benchmark(args)
     else:
+        args.group_sizes = args.group_sizes or [64, 256, 1024, 4096]
         group_size_sweep(args)
 
 
