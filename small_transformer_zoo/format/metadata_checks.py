@@ -34,7 +34,7 @@ def load_checked_metadata(raw: bytes, manifest: dict[str, Any], split: str, wher
     info = manifest["metadata"][split]
     check_bytes(raw, info["bytes"], info["sha256"], where)
     try:
-        table = pq.read_table(pa.BufferReader(raw))
+        table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
     except (pa.ArrowException, OSError) as exc:
         raise ZooFormatError(where, f"not a readable Parquet file ({exc})") from None
     table = conform_metadata(table, where)
