@@ -31,7 +31,10 @@ from small_transformer_zoo.store.writer import ZooWriter
 
 from .data import TaskData
 from .device import check_precision, choose_group_size
-from .grid import OPTIMIZERS, PRESETS, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs, shard_runs
+from small_transformer_zoo.format.splits import SPLIT_UNITS
+
+from .grid import (OPTIMIZERS, PRESETS, SEED_POLICIES, Preset, Run, checkpoint_epochs, group_id, groups, preset_runs,
+                   shard_runs)
 from .tasks import DataRequest, Task, get_task
 from .trainer import Checkpoint, Recipe, train_groups
 
@@ -56,6 +59,8 @@ class BuildPlan:
     runs: int
     architecture: dict[str, Any]
     data_sha256: str
+    seed_policy: str = "per-run"
+    split_by: str = "run"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,8 +69,10 @@ class BuildPlan:
         return Recipe(self.epochs, tuple(self.checkpoint_epochs), self.batch_size, self.augment, self.precision)
 
 
-def config_name(task: str, preset: str) -> str:
-    return task if preset == "paper" else f"{task}-{preset}"
+def config_name(task: str, preset: str, seed_policy: str = "per-run", split_by: str = "run") -> str:
+    """`<task>-<preset>` (`<task>` for the paper's), marked when its seeding or split rule is not the default."""
+    name = task if preset == "paper" else f"{task}-{preset}"
+    return name + ("-shared-seed" if seed_policy == "shared" else "") + ("-family-split" if split_by == "family" else "")
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,14 @@ class BuildRequest:
     carve_from_test: bool = False
     confirm: bool = False
     max_hours: float | None = None
+    seed_policy: str = "per-run"
+    split_by: str = "run"
+
+    def __post_init__(self) -> None:
+        if self.seed_policy not in SEED_POLICIES:
+            raise ValueError(f"unknown seed policy {self.seed_policy!r}; choose from {list(SEED_POLICIES)}")
+        if self.split_by not in SPLIT_UNITS:
+            raise ValueError(f"unknown split unit {self.split_by!r}; choose from {list(SPLIT_UNITS)}")
 
     @classmethod
     def of(cls, task: str, preset: str, out: str | Path, **options: Any) -> "BuildRequest":
@@ -99,7 +114,7 @@ class BuildRequest:
 
     @property
     def config(self) -> str:
-        return config_name(self.task.name, self.preset.name)
+        return config_name(self.task.name, self.preset.name, self.seed_policy, self.split_by)
 
 
 @dataclass
@@ -139,14 +154,15 @@ def load_task_data(task: Task, data_dir: str | Path | None, preset: Preset, word
     return data
 
 
-def make_plan(task: Task, preset: Preset, data: TaskData, spec: ArchitectureSpec,
-              precision: str = "fp32") -> tuple[BuildPlan, list[Run]]:
+def make_plan(task: Task, preset: Preset, data: TaskData, spec: ArchitectureSpec, precision: str = "fp32",
+              seed_policy: str = "per-run", split_by: str = "run") -> tuple[BuildPlan, list[Run]]:
     """The plan and its runs in run-id order. How runs are grouped is not part of the plan: each run trains the
     same whatever its group, so any group size, device count or shard split builds the same zoo."""
-    runs = sorted(preset_runs(task.name, preset), key=lambda r: r.run_id)
-    plan = BuildPlan(task.name, preset.name, config_name(task.name, preset.name), preset.epochs,
-                     checkpoint_epochs(preset.epochs, preset.every_epoch), preset.batch_size, preset.augment, precision,
-                     len(runs), spec.to_dict(), data.source.get("sha256", ""))
+    runs = sorted(preset_runs(task.name, preset, seed_policy), key=lambda r: r.run_id)
+    plan = BuildPlan(task.name, preset.name, config_name(task.name, preset.name, seed_policy, split_by),
+                     preset.epochs, checkpoint_epochs(preset.epochs, preset.every_epoch), preset.batch_size,
+                     preset.augment, precision, len(runs), spec.to_dict(), data.source.get("sha256", ""),
+                     seed_policy, split_by)
     return plan, runs
 
 
@@ -154,7 +170,8 @@ def resolve(request: BuildRequest) -> Build:
     """Load the data and make the plan (errors before any training)."""
     data = load_task_data(request.task, request.data_dir, request.preset, request.word2vec, request.carve_from_test)
     spec = request.task.spec(data)
-    plan, runs = make_plan(request.task, request.preset, data, spec, request.precision)
+    plan, runs = make_plan(request.task, request.preset, data, spec, request.precision, request.seed_policy,
+                           request.split_by)
     return Build(request, data, spec, plan, runs, shard_runs(runs, request.num_shards, request.shard_index))
 
 
@@ -259,9 +276,9 @@ def assemble(build: Build, part_dirs: list[Path]) -> dict[str, Any]:
     task = {"name": plan.task, "source": build.data.source, "description": build.request.task.description}
     with ZooWriter(out, plan.config, build.spec, task=task,
                    provenance={"build_plan": plan.to_dict(), "devices": sorted(devices),
-                               "kernels": sorted(kernels)},
+                               "kernels": sorted(kernels), "seed_policy": plan.seed_policy},
                    grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
-                   shard_size=build.request.preset.shard_size, overwrite=True) as writer:
+                   shard_size=build.request.preset.shard_size, split_by=plan.split_by, overwrite=True) as writer:
         if build.data.embedding is not None:
             writer.add_extra("embedding", {"table": build.data.embedding})
         for c in checkpoints:
@@ -323,7 +340,8 @@ def run_build(request: BuildRequest, *, dry_run: bool = False, progress: bool = 
     plan = build.plan
     cost = estimate_cost(plan, build.data, build.spec, build.mine)
     data = build.data
-    log(f"plan: task {plan.task}, preset {plan.preset}, config {plan.config}: {plan.runs} runs, {plan.epochs} epochs "
+    log(f"plan: task {plan.task}, preset {plan.preset}, config {plan.config}: {plan.runs} runs ({plan.seed_policy} "
+        f"seeds, split by {plan.split_by}), {plan.epochs} epochs "
         f"of batches of {plan.batch_size}{'' if plan.augment else ', no augmentation'}, {plan.precision}, checkpoints "
         f"at epochs {_epoch_list(plan.checkpoint_epochs)} and the best; data: {data.source.get('from')} "
         f"({len(data.train_y)} train, {len(data.validation_y)} validation, {len(data.test_y)} test)")

@@ -7,7 +7,9 @@ import json
 
 from small_transformer_zoo.cli import bounded
 
-from .grid import PRECISIONS, PRESETS
+from small_transformer_zoo.format.splits import SPLIT_UNITS
+
+from .grid import PRECISIONS, PRESETS, SEED_POLICIES
 from .tasks import get_task, task_names
 
 
@@ -15,7 +17,8 @@ def _request(args: argparse.Namespace, **extra: object) -> object:
     from .build import BuildRequest
 
     return BuildRequest.of(args.task, args.preset, args.out, data_dir=args.data_dir, word2vec=args.word2vec,
-                           precision=args.precision, carve_from_test=args.carve_from_test, **extra)
+                           precision=args.precision, carve_from_test=args.carve_from_test,
+                           seed_policy=args.seed_policy, split_by=args.split_by, **extra)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -55,6 +58,20 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """--seed-policy and --split-by: part of a build's plan (and its config name), so `stz merge` takes them too."""
+    parser.add_argument("--seed-policy", default="per-run", choices=list(SEED_POLICIES),
+                        help=f"{what}per-run: every run its own seed (independent runs); shared: one seed for every "
+                             "run as in the original release (one initial draw scaled by each run's init std, the "
+                             "same subset, batch order, crops and dropout masks: runs that share an initialisation, "
+                             "as fine-tunes of one checkpoint do); the config name then ends in -shared-seed "
+                             "(default: per-run)")
+    parser.add_argument("--split-by", default="run", choices=list(SPLIT_UNITS),
+                        help=f"{what}run: each run's split by a hash of its id; family: runs that differ only in L2 "
+                             "and init std share a split, so near-clones never straddle train and test; the config "
+                             "name then ends in -family-split (default: run)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="train a zoo (resumable; --num-shards/--shard-index for array jobs)")
     build.add_argument("--task", required=True, choices=task_names(),
@@ -64,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                                    f"epochs)" for p in PRESETS.values())
                             + " (default: mini)")
     build.add_argument("--out", required=True, help="zoo root to write")
+    _add_plan_arguments(build, "")
     build.add_argument("--data-dir", help="where the task's data is (see --task), or hf://datasets/<repo> to load it "
                                           "from the Hub (default: the task's own source)")
     build.add_argument("--word2vec", help="agnews: a pretrained word2vec text file (`word v1 v2 ...` per line) for "
@@ -102,5 +120,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("--word2vec", help="the --word2vec file the shards were built with")
     merge.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the --precision the shards used (default: fp32)")
     merge.add_argument("--carve-from-test", action="store_true", help="the shards were built with --carve-from-test")
+    _add_plan_arguments(merge, "as the shards were built: ")
     merge.add_argument("--replace", action="store_true", help="replace a zoo of the same config already in OUT")
     merge.set_defaults(func=_merge)

@@ -43,7 +43,8 @@ class Preset:
     group_size: int           # runs trained together in one vectorized step on a CPU (`--group-size auto`)
     batch_size: int = 128     # the paper's; the small presets take smaller batches for more optimizer steps
     shard_size: int = 2048
-    selection: str = "stratified"   # "stratified" (every value of every hyperparameter) or "sweep" (see sweep_sample)
+    selection: str = "stratified"   # "stratified" (every value of every hyperparameter), "sweep" (see sweep_sample)
+    #                                 or "families" (stratified settings, each at every L2 value)
     augment: bool = True      # random-crop augmentation of images
     every_epoch: bool = False  # a checkpoint at every epoch instead of the scaled 1, 50, 75, 100
     max_validation_samples: int | None = None  # the validation hold-out is measured every epoch: cap its cost
@@ -57,8 +58,12 @@ PRESETS = {
                    augment=False, max_validation_samples=1_000),
     "mini": Preset("mini", epochs=6, runs=132, max_train_samples=None, group_size=10, batch_size=16,
                    selection="sweep", augment=False),
+    "families": Preset("families", epochs=8, runs=480, max_train_samples=3_600, group_size=15, batch_size=16,
+                       selection="families", augment=False, max_validation_samples=1_000),
     "tiny": Preset("tiny", epochs=2, runs=20, max_train_samples=256, group_size=5),
 }
+SEED_POLICIES = ("per-run", "shared")
+SHARED_SEED = 3  # the original release's one seed for every run
 @dataclass(frozen=True)
 class Run:
     run_id: str
@@ -76,26 +81,36 @@ class Run:
         return out
 
 
-def run_seed(run_id: str) -> int:
-    """Every run its own seed, fixed by its id (the original used seed 3 for all)."""
+def run_seed(run_id: str, policy: str = "per-run") -> int:
+    """A run's seed. `per-run` (the default): its own, fixed by its id, so runs are independent draws. `shared`:
+    the original release's one seed for every run, so runs share their initial draw (scaled by each run's init
+    std), their training subset per train fraction, batch order, crops and dropout masks: the zoo then holds runs
+    that start from one initialisation, as fine-tunes of one checkpoint do."""
+    if policy not in SEED_POLICIES:
+        raise ValueError(f"unknown seed policy {policy!r}; choose from {list(SEED_POLICIES)}")
+    if policy == "shared":
+        return SHARED_SEED
     return int.from_bytes(hashlib.sha256(f"seed:{run_id}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def full_grid(task: str) -> list[Run]:
+def full_grid(task: str, seed_policy: str = "per-run") -> list[Run]:
     """All 16,000 runs of the paper's grid for a task, in a fixed order; ids name task, optimizer and index."""
     runs = []
     for optimizer in OPTIMIZERS:
         values = PAPER_GRID[FAMILY[optimizer]]
         for index, combo in enumerate(itertools.product(*(values[k] for k in HYPER_ORDER))):
             run_id = f"{task}-{optimizer}-{index:04d}"
-            runs.append(Run(run_id, optimizer, *combo, seed=run_seed(run_id)))
+            runs.append(Run(run_id, optimizer, *combo, seed=run_seed(run_id, seed_policy)))
     return runs
 
 
-def stratified_sample(runs: list[Run], count: int) -> list[Run]:
+def stratified_sample(runs: list[Run], count: int, complete: tuple[str, ...] = ()) -> list[Run]:
     """`count` runs spread evenly over optimizers; per optimizer a balanced design of its grid: each value of every
     hyperparameter is taken equally often (counts differ by at most one), values of different hyperparameters are
-    paired by seeded shuffles, and no combination is taken twice (deterministic)."""
+    paired by seeded shuffles, and no combination is taken twice (deterministic).
+
+    `complete`: hyperparameters taken at every value for each setting of the others (`families`: every L2 for
+    each sampled setting, so each family of runs that differ only in L2 is whole)."""
     per = math.ceil(count / len(OPTIMIZERS))
     picked = []
     for optimizer in OPTIMIZERS:
@@ -104,12 +119,18 @@ def stratified_sample(runs: list[Run], count: int) -> list[Run]:
             picked += pool
             continue
         values = PAPER_GRID[FAMILY[optimizer]]
+        sampled = [name for name in HYPER_ORDER if name not in complete]
+        settings = math.ceil(per / math.prod(len(values[name]) for name in complete))
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"sample:{optimizer}".encode()).digest()[:4], "big"))
-        columns = [rng.permutation(np.arange(per) % len(values[name])) for name in HYPER_ORDER]
+        columns = [rng.permutation(np.arange(settings) % len(values[name])) for name in sampled]
         design = np.stack(columns, axis=1)
         _make_rows_distinct(design, rng)
         by_levels = {tuple(values[name].index(r.hyperparameters()[name]) for name in HYPER_ORDER): r for r in pool}
-        picked += [by_levels[tuple(int(v) for v in row)] for row in design]
+        for row in design:
+            levels = dict(zip(sampled, (int(v) for v in row)))
+            for rest in itertools.product(*(range(len(values[name])) for name in complete)):
+                levels.update(zip(complete, rest))
+                picked.append(by_levels[tuple(levels[name] for name in HYPER_ORDER)])
     return sorted(picked, key=lambda r: r.run_id)
 
 
@@ -157,12 +178,13 @@ def sweep_sample(runs: list[Run], count: int) -> list[Run]:
     return sorted(picked, key=lambda r: r.run_id)
 
 
-def preset_runs(task: str, preset: Preset) -> list[Run]:
-    runs = full_grid(task)
+def preset_runs(task: str, preset: Preset, seed_policy: str = "per-run") -> list[Run]:
+    runs = full_grid(task, seed_policy)
     if preset.runs is None:
         return runs
-    sample = sweep_sample if preset.selection == "sweep" else stratified_sample
-    return sample(runs, preset.runs)
+    if preset.selection == "sweep":
+        return sweep_sample(runs, preset.runs)
+    return stratified_sample(runs, preset.runs, ("l2",) if preset.selection == "families" else ())
 
 
 def checkpoint_epochs(epochs: int, every_epoch: bool = False) -> list[int]:

@@ -21,9 +21,10 @@ import torch
 from small_transformer_zoo import Zoo, as_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.format.architecture import ArchitectureSpec
-from small_transformer_zoo.format.splits import SPLIT_NAMES, assign_split
+from small_transformer_zoo.format.splits import FAMILY_KEYS, SPLIT_NAMES, SplitRule
 from small_transformer_zoo.weights.canonical import canonicalize_params
 from small_transformer_zoo.weights.standardize import WeightStats
+from small_transformer_zoo.weights.symmetry import randomize_params
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .protocols import protocol_where
@@ -87,6 +88,8 @@ class BenchData:
     stats: WeightStats | None = None
     where: dict[str, Any] = field(default_factory=dict)
     split_salt: str | None = None
+    split_rule: SplitRule = field(default_factory=SplitRule)
+    randomize: str | None = None
 
     @property
     def test_ids(self) -> list[str]:
@@ -105,7 +108,8 @@ class BenchData:
         """What the data is, for the results JSON."""
         return {"target": self.target.name, "protocol": self.protocol, "epoch": self.epoch,
                 "preprocess": self.preprocess, "where": {k: _jsonable(v) for k, v in self.where.items()},
-                "split_salt": self.split_salt, "weight_stats": self.stats.to_dict() if self.stats else None,
+                "split_salt": self.split_salt, "split_rule": self.split_rule.to_manifest(),
+                "randomize": self.randomize, "weight_stats": self.stats.to_dict() if self.stats else None,
                 "splits": {k: {"runs": s.run_count, "checkpoints": len(s)} for k, s in self.splits.items()}}
 
 
@@ -118,14 +122,17 @@ def _jsonable(value: Any) -> Any:
 def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None, preprocess: str = "none", *,
                     target: str = "test_accuracy", protocol: str = "all-checkpoints", epoch: int | None = None,
                     where: Mapping[str, Any] | None = None, split_salt: str | None = None,
-                    train_runs: float = 1.0, train_runs_seed: int = 0) -> BenchData:
+                    train_runs: float = 1.0, train_runs_seed: int = 0, split_by: str | None = None,
+                    randomize: str | None = None) -> BenchData:
     """Weights, target and test accuracy per split, selected by `where` (`Zoo.select`) and the protocol.
 
     `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
     training split (pooled as `small_transformer_zoo.weights.standardize` says), "both" does the first, then the
     second; every model sees the same preprocessed weights. `split_salt`: the runs are split again by this salt
-    (the zoo's own fractions) instead of the zoo's own split. `train_runs`: the share of training runs kept (a
-    seeded draw of whole runs), for learning curves."""
+    (the zoo's own fractions) instead of the zoo's own split. `split_by`: "run" or "family" (`SplitRule`): the runs
+    split again with that unit when it is not the zoo's own. `train_runs`: the share of training runs kept (a
+    seeded draw of whole runs), for learning curves. `randomize`: every checkpoint moved by a random element of
+    that symmetry group (`randomize_params`) before any model sees it."""
     if preprocess not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")
     if not 0 < train_runs <= 1:
@@ -134,14 +141,20 @@ def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None
     zoo = as_zoo(zoo, config)
     selection, epoch = protocol_where(zoo, protocol, epoch, where)
     splits = {name: _read_split(zoo, name, selection, chosen) for name in SPLIT_NAMES}
-    if split_salt is not None:
-        splits = _resplit(splits, zoo.manifest["splits"]["fractions"], split_salt)
+    own = SplitRule.from_manifest(zoo.manifest["splits"])
+    rule = replace(own, by=split_by or own.by, salt=split_salt if split_salt is not None else own.salt)
+    if rule != own:
+        splits = _resplit(splits, rule)
     if train_runs < 1:
         splits["train"] = _keep_runs(splits["train"], train_runs, train_runs_seed)
     for name, split in splits.items():
         if split.run_count < 2:
             raise DataError(f"{zoo.dir}: split {name!r} has {len(split)} usable checkpoints of {split.run_count} "
                             f"runs after the selection; the benchmark needs at least 2 runs in every split")
+    if randomize is not None:
+        splits = {k: replace(s, params=randomize_params(s.params, zoo.spec, randomize,
+                                                        s.metadata.column("checkpoint_id").to_pylist()))
+                  for k, s in splits.items()}
     stats = None
     if preprocess in ("canonical", "both"):
         splits = {k: replace(s, params=canonicalize_params(s.params, zoo.spec)) for k, s in splits.items()}
@@ -149,7 +162,8 @@ def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None
         stats = WeightStats.of(TransformerWeights.from_params(splits["train"].params, zoo.spec))
         splits = {k: replace(s, params=stats.apply(TransformerWeights.from_params(s.params, zoo.spec)).to_params()
                              .to(s.params.dtype)) for k, s in splits.items()}
-    return BenchData(zoo.spec, splits, chosen, protocol, epoch, preprocess, stats, selection, split_salt)
+    return BenchData(zoo.spec, splits, chosen, protocol, epoch, preprocess, stats, selection, split_salt, rule,
+                     randomize)
 
 
 def _read_split(zoo: Zoo, split: str, where: Mapping[str, Any], target: Target) -> SplitData:
@@ -169,10 +183,11 @@ def _concat(parts: list[SplitData]) -> SplitData:
                      pa.concat_tables([p.metadata for p in parts]))
 
 
-def _resplit(splits: dict[str, SplitData], fractions: Mapping[str, float], salt: str) -> dict[str, SplitData]:
-    """The checkpoints of all splits split again, by run, with the zoo's fractions and another salt."""
+def _resplit(splits: dict[str, SplitData], rule: SplitRule) -> dict[str, SplitData]:
+    """The checkpoints of all splits split again by `rule` (another salt, or another unit: run or family)."""
     pooled = _concat(list(splits.values()))
-    assigned = np.asarray([assign_split(run, fractions, salt) for run in pooled.runs.tolist()], dtype=object)
+    columns = ["run_id", *(FAMILY_KEYS if rule.by == "family" else ())]
+    assigned = np.asarray([rule.assign(row) for row in pooled.metadata.select(columns).to_pylist()], dtype=object)
     return {name: pooled.subset(assigned == name) for name in SPLIT_NAMES}
 
 

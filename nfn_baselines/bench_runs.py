@@ -47,6 +47,8 @@ class BenchRequest:
     resamples: int = BOOTSTRAP_RESAMPLES
     bootstrap_seed: int = BOOTSTRAP_SEED
     settings: dict[str, Any] = field(default_factory=dict)  # head_dropout, weight_decay, patience overrides
+    split_by: str | None = None      # "run" or "family": split the runs again with this unit (None: the zoo's own)
+    randomize: str | None = None     # a symmetry group whose random elements move every checkpoint first
 
     def stem(self, config: str) -> str:
         """The results' file name: the config, then what differs from the default run."""
@@ -55,6 +57,8 @@ class BenchRequest:
         parts += [self.target] if self.target != "test_accuracy" else []
         parts += ["tuned"] if self.tune else []
         parts += [f"train{self.train_runs:g}"] if self.train_runs < 1 else []
+        parts += [f"split-by-{self.split_by}"] if self.split_by else []
+        parts += [f"randomized-{self.randomize}"] if self.randomize else []
         return "-".join(parts)
 
 
@@ -72,7 +76,7 @@ class BenchOutcome:
 def _load(zoo: Zoo, request: BenchRequest, split_salt: str | None = None) -> Any:
     return load_bench_data(zoo, preprocess=request.preprocess, target=request.target, protocol=request.protocol,
                            epoch=request.epoch, where=request.where, split_salt=split_salt,
-                           train_runs=request.train_runs)
+                           train_runs=request.train_runs, split_by=request.split_by, randomize=request.randomize)
 
 
 def bench_store(zoo: Zoo, request: BenchRequest, out: Path) -> FitStore:

@@ -149,6 +149,8 @@ def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shor
         if tune:
             result.untuned[key] = result.fits[key]
     elif predictor.kind == "neural":
+        if predictor.training:  # a fixed recipe: the search has nothing to vary
+            trials = [{**trials[0], **{k: v for k, v in predictor.training.items() if k in trials[0]}}]
         per_trial = _train_neural(predictor, model, condition, data, trials, seeds, device, settings)
         scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
         best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
@@ -203,7 +205,8 @@ def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, 
         epochs = trials[trial]["epochs"]
         configs.append(TrainConfig(**{"epochs": epochs, "warmup_epochs": max(1, epochs // 10), "seed": seed,
                                       "device": device, "lr": trials[trial]["lr"],
-                                      "weight_decay": trials[trial]["weight_decay"], **train_overrides}))
+                                      "weight_decay": trials[trial]["weight_decay"], **predictor.training,
+                                      **train_overrides}))
     together = torch.device(device).type != "cpu" or model.predictor in BATCHED_ON_CPU
     groups = [list(range(len(jobs)))] if together else [[i] for i in range(len(jobs))]
     train, validation = condition.splits["train"], condition.splits["validation"]

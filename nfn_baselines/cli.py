@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from small_transformer_zoo.cli import add_zoo_argument, bounded
 from small_transformer_zoo.devices import usable_cores
+from small_transformer_zoo.format.splits import SPLIT_UNITS
+from small_transformer_zoo.weights.groups import RANDOMIZE_GROUPS
 
 from .metrics import DEFAULT_THRESHOLDS
 from .predictors import PREDICTORS, default_predictors
@@ -32,12 +34,14 @@ def _bench(args: argparse.Namespace) -> int:
     from .benchmark import model_specs
     from .leaderboard import add_result, score_submission
 
+    models = [("transformer_nfn_paper" if m == "transformer_nfn" and args.recipe == "paper" else m)
+              for m in args.models]
     request = BenchRequest(
-        models=args.models, ablation=args.ablation, seeds=args.seeds, epochs=args.epochs, preprocess=args.preprocess,
+        models=models, ablation=args.ablation, seeds=args.seeds, epochs=args.epochs, preprocess=args.preprocess,
         protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []), target=args.target,
         tune=args.tune, resplit=args.resplit, train_runs=args.train_runs, thresholds=tuple(args.thresholds),
         device=str(resolve_device(args.device)), jobs=args.jobs, resamples=args.resamples,
-        bootstrap_seed=args.bootstrap_seed,
+        bootstrap_seed=args.bootstrap_seed, split_by=args.split_by, randomize=args.randomize,
         settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
                                     ("patience", args.patience)) if v is not None})
     zoo = _bench_zoo(args)
@@ -261,6 +265,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--resplit", type=bounded(int, 0), default=0, metavar="K",
                        help="repeat on K other run splits of the zoo (salts resplit-1..K) and report the spread "
                             "across splits next to the spread across seeds (default: 0)")
+    bench.add_argument("--split-by", choices=list(SPLIT_UNITS),
+                       help="split the runs again with this unit: run (each run hashed alone) or family (runs that "
+                            "differ only in L2 and init std share a split, so near-clones never straddle train and "
+                            "test); default: the zoo's own split")
+    bench.add_argument("--randomize", choices=list(RANDOMIZE_GROUPS),
+                       help="move every checkpoint by a random element of this symmetry group (seeded by its id) "
+                            "before any model sees it: paper-group (heads, GL(D_k), MLP units), interfaces (the "
+                            "features between blocks and before the classifier) or all; a model invariant under "
+                            "the group scores the same, one that reads index positions does not")
     bench.add_argument("--train-runs", type=bounded(float, 0, 1, low_open=True), default=1.0, metavar="SHARE",
                        help="train on this share of the training runs (a seeded draw; a learning curve point) "
                             "(default: 1)")
@@ -270,6 +283,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
                        metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
                                          f"{' '.join(default_predictors())})")
+    bench.add_argument("--recipe", choices=("package", "paper"), default="package",
+                       help="Transformer-NFN's recipe: package (means, the package's heads, --epochs) or paper (the "
+                            "authors' model and training, term by term: the transformer_nfn_paper predictor in place "
+                            "of transformer_nfn) (default: package)")
     bench.add_argument("--head-dropout", type=bounded(float, 0, 1, high_open=True),
                        help="dropout before every neural model's head (default: 0)")
     bench.add_argument("--weight-decay", type=bounded(float, 0), help="weight decay of the neural models (default: "

@@ -7,6 +7,9 @@ learning, to reach.
 - `hyperparameters`: LightGBM with the paper's tree settings on the run's hyperparameters (optimizer, log learning
   rate, dropout, init std, log L2, train fraction) and the checkpoint's epoch and best flag; the target's own
   columns are left out (a model of the learning rate does not see it).
+- `nearest_run`: the target of the nearest training checkpoint in weight space (Euclidean, one matmul over the
+  training split), no learning. On a zoo whose test runs have near-clones in training it scores near 1; on a zoo
+  of independent runs it shows how far memorising goes.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from small_transformer_zoo.format.metadata import HYPERPARAMETERS, OPTIMIZERS
 
@@ -58,6 +62,32 @@ def hyperparameter_table(split: Any, leave_out: tuple[str, ...]) -> np.ndarray:
     return np.asarray(columns, dtype=np.float64).T.reshape(len(split), -1)
 
 
+class NearestRun:
+    """Predicts the target of the training checkpoint nearest in weight space (a class target: that checkpoint's
+    class, as a one-hot row)."""
+
+    CHUNK = 1024  # query rows per distance block: [CHUNK, training rows] float64 at most
+
+    def __init__(self, train: Any, classes: int = 0) -> None:
+        self.params = train.params.double()
+        self.squared = (self.params * self.params).sum(1)
+        self.target, self.classes = np.asarray(train.target), classes
+
+    def nearest(self, params: torch.Tensor) -> np.ndarray:
+        """Index of the nearest training row of each row of `params`."""
+        out = []
+        for chunk in params.double().split(self.CHUNK):
+            distance = self.squared[None, :] - 2.0 * chunk @ self.params.T  # |x|^2 is the same along a row
+            out.append(distance.argmin(1).numpy())
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def predict(self, split: Any) -> np.ndarray:
+        found = self.target[self.nearest(split.params)]
+        if not self.classes:
+            return found.astype(np.float64)
+        return np.eye(self.classes)[found.astype(int)]
+
+
 def fit_floor(name: str, request: FitRequest) -> Any:
     if name in ("l2_norm", "epoch"):
         if request.target.kind == "classification":
@@ -73,4 +103,7 @@ def fit_floor(name: str, request: FitRequest) -> Any:
                            classification=request.target.kind == "classification")
         return fit_tree(model, "lightgbm", request.train, request.validation,
                         lambda split: hyperparameter_table(split, leave_out), len(request.target.classes))
+    if name == "nearest_run":
+        classes = len(request.target.classes) if request.target.kind == "classification" else 0
+        return NearestRun(request.train, classes)
     raise ValueError(f"unknown floor {name!r}")

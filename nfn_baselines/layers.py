@@ -147,12 +147,40 @@ def invariant_feature_count(spec: ArchitectureSpec) -> int:
     return d * d + 3 * d + 2
 
 
-class EquivariantLayer(nn.Module):
-    """E: block tensors with `in_channels` -> block tensors with `out_channels`, G-equivariant."""
+REDUCTIONS = ("mean", "sum")
 
-    def __init__(self, spec: ArchitectureSpec, in_channels: int, out_channels: int) -> None:
+
+def feature_scales(spec: ArchitectureSpec, channels: int, reduction: str) -> dict[str, torch.Tensor]:
+    """What turns each feature set's means into the paper's sums (all ones for "mean"): the number of terms each
+    mean averages, per feature, repeated over `channels` (`s`, `o`, `a` as their features are laid out) and for
+    W_o's column term (`wo`)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; choose from {list(REDUCTIONS)}")
+    d, a, hk = spec.d_model, spec.d_mlp, spec.num_heads * spec.d_head
+    sections = {"s": [(d * d, hk), (d, hk * d), (1, d * a), (d, a), (1, a), (d, 1)],
+                "o": [(d, hk), (1, a)], "a": [(1, d), (d, 1), (1, 1)]}
+    out = {}
+    for name, parts in sections.items():
+        per_channel = torch.cat([torch.full((size,), float(count if reduction == "sum" else 1)) for size, count in parts])
+        out[name] = per_channel.repeat(channels)
+    out["wo"] = torch.tensor(float(d if reduction == "sum" else 1))
+    return out
+
+
+class EquivariantLayer(nn.Module):
+    """E: block tensors with `in_channels` -> block tensors with `out_channels`, G-equivariant.
+
+    `reduction`: "mean" (the default) divides every sum over heads and indices by its count; "sum" keeps the
+    paper's sums. Both start as the same function (the sums' weights are drawn smaller by the same counts) and
+    differ in how Adam moves them: its steps are per parameter, so a feature 1,000 times larger moves the output
+    1,000 times faster per step."""
+
+    def __init__(self, spec: ArchitectureSpec, in_channels: int, out_channels: int, reduction: str = "mean") -> None:
         super().__init__()
         self.spec, self.in_channels, self.out_channels = spec, in_channels, out_channels
+        self.reduction = reduction
+        for name, scale in feature_scales(spec, in_channels, reduction).items():
+            self.register_buffer(f"{name}_scale", scale)
         n, c, e, d = spec.num_blocks, in_channels, out_channels, spec.d_model
         f = invariant_feature_count(spec)
         # W_q', W_k', W_v' = Phi[j, p] W[p, k], one Phi per tensor, shared over heads.
@@ -203,13 +231,18 @@ class EquivariantLayer(nn.Module):
         self.wa_identity.normal_(0.0, gain / math.sqrt(c * terms["W_A"]))
         self.qkv.normal_(0.0, 1.0 / math.sqrt(c * d))
         self.o_mix.normal_(0.0, 1.0 / math.sqrt(2 * c))
+        # Sums: the same function at initialisation as means, each weight smaller by its feature's count.
+        self.s_weight.div_(self.s_scale[None, :, None, None])
+        self.a_weight.div_(self.a_scale[None, :, None, None])
+        self.o_weight.div_(self.o_scale[None, :, None])
+        self.o_mix[:, 0].div_(self.wo_scale)
 
     def _mlp_outputs(self, x: BlockStack, qk: torch.Tensor, vo: torch.Tensor) -> dict[str, torch.Tensor]:
         """W_A', b_A', W_B', b_B': every term that reads the invariant, output-index and hidden-index features."""
         d = self.spec.d_model
-        s = invariant_features(x, qk, vo)                       # [B, n, c*f]
-        o_feats = output_index_features(x, vo)                  # [B, n, D, c*(D+1)]
-        a_feats = hidden_index_features(x)                      # [B, n, DA, c*(D+2)]
+        s = invariant_features(x, qk, vo) * self.s_scale                        # [B, n, c*f]
+        o_feats = output_index_features(x, vo) * self.o_scale                  # [B, n, D, c*(D+1)]
+        a_feats = hidden_index_features(x) * self.a_scale                      # [B, n, DA, c*(D+2)]
 
         s_out = torch.einsum("bnf,nfeo->bneo", s, self.s_weight)          # [B, n, e, 2+2D]
         # The hidden-index terms of each output as its own contraction (slicing one big output would cost a
@@ -235,7 +268,7 @@ class EquivariantLayer(nn.Module):
                for t, name in enumerate(("W_q", "W_k", "W_v"))]
         wo = x["W_o"]
         w_o = (torch.einsum("nec,bnchvq->bnehvq", self.o_mix[:, 1], wo)
-               + torch.einsum("nec,bnchv->bnehv", self.o_mix[:, 0], _norm_sum(wo, (-1,)))[..., None])
+               + torch.einsum("nec,bnchv->bnehv", self.o_mix[:, 0], _norm_sum(wo, (-1,)) * self.wo_scale)[..., None])
         return BlockStack({"W_q": qkv[0], "W_k": qkv[1], "W_v": qkv[2], "W_o": w_o, **self._mlp_outputs(x, qk, vo)})
 
     def forward_invariant_features(self, x: BlockStack) -> torch.Tensor:
@@ -248,8 +281,8 @@ class EquivariantLayer(nn.Module):
         d = self.spec.d_model
         qk, vo = head_sums(x)
         qk_out, vo_rows_out = self._head_summaries_out(qk, vo)
-        s = invariant_features(x, qk, vo)
-        o_feats, a_feats = output_index_features(x, vo), hidden_index_features(x)
+        s = invariant_features(x, qk, vo) * self.s_scale
+        o_feats, a_feats = output_index_features(x, vo) * self.o_scale, hidden_index_features(x) * self.a_scale
         s_out = torch.einsum("bnf,nfeo->bneo", s, self.s_weight)
         a_wa = torch.einsum("bnaf,nfe->bnea", a_feats, self.a_weight[..., 0])
         a_ba = torch.einsum("bnaf,nfe->bnea", a_feats, self.a_weight[..., 1])
@@ -271,34 +304,46 @@ class EquivariantLayer(nn.Module):
 
         With one input channel, W_q'^i = Phi_q W_q^i and W_k'^i = Phi_k W_k^i, so QK' = Phi_q QK Phi_k^T (one
         large matmul per block and step instead of B * e small ones); and W_o'^i = m1 W_o^i + m0 mean_q(W_o^i) 1^T,
-        so VO' = Phi_v (m1 VO + m0 mean_q(VO) 1^T), whose row means are (m1 + m0) Phi_v mean_q(VO)."""
+        so VO' = Phi_v (m1 VO + m0 mean_q(VO) 1^T), whose row means are (m1 + m0) Phi_v mean_q(VO) (m0 times D
+        for sums)."""
         phi_q, phi_k, phi_v = self.qkv[:, 0, :, 0], self.qkv[:, 1, :, 0], self.qkv[:, 2, :, 0]   # [n, e, D, D]
-        mix = self.o_mix[:, 0, :, 0] + self.o_mix[:, 1, :, 0]                                  # [n, e]
+        mix = self.o_mix[:, 0, :, 0] * self.wo_scale + self.o_mix[:, 1, :, 0]                  # [n, e]
         qk_out = _left_then_right(phi_q, qk[:, :, 0], phi_k.transpose(-1, -2))
         vo_rows = torch.einsum("nejp,bnp->bnej", phi_v, _norm_sum(vo[:, :, 0], (-1,))) * mix[..., None]
         return qk_out, vo_rows
 
 
 class InvariantLayer(nn.Module):
-    """I: block tensors with `in_channels` -> `out_channels` invariant features per block, concatenated."""
+    """I: block tensors with `in_channels` -> `out_channels` invariant features per block, concatenated.
 
-    def __init__(self, spec: ArchitectureSpec, in_channels: int, out_channels: int) -> None:
+    `reduction` as in `EquivariantLayer`; `block_norm`: a LayerNorm over each block's outputs, with parameters
+    per block (the paper's)."""
+
+    def __init__(self, spec: ArchitectureSpec, in_channels: int, out_channels: int, reduction: str = "mean",
+                 block_norm: bool = False) -> None:
         super().__init__()
-        self.spec, self.in_channels, self.out_channels = spec, in_channels, out_channels
+        self.spec, self.in_channels, self.out_channels, self.reduction = spec, in_channels, out_channels, reduction
+        self.register_buffer("s_scale", feature_scales(spec, in_channels, reduction)["s"])
         f = invariant_feature_count(spec)
         self.weight = nn.Parameter(torch.empty(spec.num_blocks, in_channels * f, out_channels))
         self.bias = nn.Parameter(torch.zeros(spec.num_blocks, out_channels))
+        self.norm_weight = nn.Parameter(torch.ones(spec.num_blocks, out_channels)) if block_norm else None
+        self.norm_bias = nn.Parameter(torch.zeros(spec.num_blocks, out_channels)) if block_norm else None
         with torch.no_grad():  # six terms share the output variance, as in EquivariantLayer
             view = self.weight.view(spec.num_blocks, in_channels, f, out_channels)
             start = 0
             for size in (spec.d_model ** 2, spec.d_model, 1, spec.d_model, 1, spec.d_model):
                 view[:, :, start : start + size].normal_(0.0, math.sqrt(2.0 / (in_channels * size * 6)))
                 start += size
+            self.weight.div_(self.s_scale[None, :, None])
 
     def forward(self, x: BlockStack) -> torch.Tensor:
         qk, vo = head_sums(x)
         return self.forward_features(invariant_features(x, qk, vo))
 
     def forward_features(self, s: torch.Tensor) -> torch.Tensor:
-        """The layer on its input's invariant features `s` [B, n, C * F] (`invariant_features`)."""
-        return (torch.einsum("bnf,nfe->bne", s, self.weight) + self.bias).flatten(1)
+        """The layer on its input's invariant features `s` [B, n, C * F] (`invariant_features`, means)."""
+        out = torch.einsum("bnf,nfe->bne", s * self.s_scale, self.weight) + self.bias
+        if self.norm_weight is not None:
+            out = nn.functional.layer_norm(out, (self.out_channels,)) * self.norm_weight + self.norm_bias
+        return out.flatten(1)

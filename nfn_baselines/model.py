@@ -26,12 +26,21 @@ from .weight_stack import BlockStack, check_stack
 
 
 
+RECIPES = ("package", "paper")
+
+
 def mlp(d_in: int, hidden: int, depth: int = 2) -> nn.Sequential:
     """depth x (Linear -> ReLU)."""
     layers: list[nn.Module] = []
     for i in range(depth):
         layers += [nn.Linear(d_in if i == 0 else hidden, hidden), nn.ReLU()]
     return nn.Sequential(*layers)
+
+
+def normed_head(d_in: int, hidden: int) -> nn.Sequential:
+    """The paper's encoder head: Linear, then twice LayerNorm -> ReLU -> Linear."""
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.LayerNorm(hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.LayerNorm(hidden), nn.ReLU(), nn.Linear(hidden, hidden))
 
 
 def flat_component(weights: TransformerWeights, component: str) -> torch.Tensor:
@@ -42,14 +51,15 @@ def flat_component(weights: TransformerWeights, component: str) -> torch.Tensor:
 class TransformerNFNEncoder(nn.Module):
     """The G-invariant encoder branch: equivariant layers, ReLU on the MLP tensors, then the invariant layer."""
 
-    def __init__(self, spec: ArchitectureSpec, channels: int = 10, num_layers: int = 1) -> None:
+    def __init__(self, spec: ArchitectureSpec, channels: int = 10, num_layers: int = 1, reduction: str = "mean",
+                 block_norm: bool = False) -> None:
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
         self.spec = spec
-        self.layers = nn.ModuleList(EquivariantLayer(spec, 1 if i == 0 else channels, channels)
+        self.layers = nn.ModuleList(EquivariantLayer(spec, 1 if i == 0 else channels, channels, reduction)
                                     for i in range(num_layers))
-        self.invariant = InvariantLayer(spec, channels, channels)
+        self.invariant = InvariantLayer(spec, channels, channels, reduction, block_norm)
         self.out_features = spec.num_blocks * channels
 
     def equivariant(self, stack: BlockStack) -> BlockStack:
@@ -74,27 +84,38 @@ class TransformerNFN(nn.Module):
     `components` chooses what the model sees (any of encoder, embedding, classifier); the paper's setting is
     channels = hidden = 10 with one equivariant layer. `statistics=True` adds a branch over the invariant
     statistics (the hybrid); `head_dropout` drops branch outputs before the head.
+
+    `recipe="paper"` is the authors' model term by term (docs/design.md section 8): sums over heads and indices
+    instead of means, a LayerNorm per block after the invariant layer, the encoder head with its LayerNorms
+    (`normed_head`), three Linear -> ReLU layers over the classifier and one Linear layer over the embedding.
     """
 
     def __init__(self, spec: ArchitectureSpec, channels: int = 10, hidden: int = 10, num_layers: int = 1,
                  components: Sequence[str] = COMPONENTS, outputs: int = 1, head_dropout: float = 0.0,
-                 statistics: bool = False) -> None:
+                 statistics: bool = False, recipe: str = "package") -> None:
         super().__init__()
         unknown = sorted(set(components) - set(COMPONENTS))
         if unknown or not components:
             raise ValueError(f"components must be a non-empty subset of {COMPONENTS}, got {list(components)}")
+        if recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES)}")
+        paper = recipe == "paper"
         self.spec, self.outputs, self.statistics = spec, outputs, statistics
         self.components = tuple(c for c in COMPONENTS if c in components
                                 and not (c == "embedding" and spec.modality == "text"))
         branches = {}
         if "encoder" in self.components:
-            encoder = TransformerNFNEncoder(spec, channels, num_layers)
-            branches["encoder"] = nn.Sequential(nn.LayerNorm(encoder.out_features), mlp(encoder.out_features, hidden))
+            encoder = TransformerNFNEncoder(spec, channels, num_layers, "sum" if paper else "mean", block_norm=paper)
+            head = normed_head(encoder.out_features, hidden) if paper else mlp(encoder.out_features, hidden)
+            branches["encoder"] = nn.Sequential(nn.LayerNorm(encoder.out_features), head)
             self.encoder = encoder
         for component in ("embedding", "classifier"):
             if component in self.components:
                 size = sum(p.numel for p in spec.parameters() if spec.component(p.name) == component)
-                branches[component] = mlp(size, hidden)
+                if not paper:
+                    branches[component] = mlp(size, hidden)
+                else:
+                    branches[component] = nn.Linear(size, hidden) if component == "embedding" else mlp(size, hidden, 3)
         if statistics:
             features = feature_count(spec, self.components)
             branches["statistics"] = nn.Sequential(nn.LayerNorm(features), mlp(features, hidden))

@@ -8,7 +8,8 @@ one `register_predictor(...)` call (CONTRIBUTING.md, "Add a predictor"). Three k
 - tree: a scikit-learn-style model on the flattened weights, fitted by `fit` (which may use the validation split,
   e.g. for early stopping);
 - floor: a reference row that says what the weights add: the L2 norm of the weights (no training), the
-  checkpoint's epoch, or a model of the run's hyperparameters and epoch alone. A weight-space model that does not
+  checkpoint's epoch, a model of the run's hyperparameters and epoch alone, or the nearest training checkpoint's
+  target (what memorising reaches). A weight-space model that does not
   beat the hyperparameters-only floor has learned nothing from the weights that the training config did not say.
 
 A predictor that is `seeded=False` gives the same result for every seed (boosted trees without subsampling, the
@@ -64,6 +65,7 @@ class Predictor:
     classifies: bool = True  # it can predict a class target
     ranks_only: bool = False  # its values order checkpoints but are not in the target's unit (no R^2, no L1)
     reads: tuple[str, ...] = ()  # metadata columns it predicts from: it is not defined for a target made of them
+    training: Mapping[str, Any] = field(default_factory=dict)  # a fixed training recipe (TrainConfig fields)
 
     def __post_init__(self) -> None:
         if (self.kind == "neural") != (self.build is not None) or (self.kind != "neural") != (self.fit is not None):
@@ -98,7 +100,7 @@ def _transformer_nfn(statistics: bool) -> Callable[[ArchitectureSpec, Mapping[st
 
         return TransformerNFN(spec, channels=s["channels"], hidden=s["hidden"], num_layers=s["layers"],
                               components=s["components"], outputs=outputs, head_dropout=s["head_dropout"],
-                              statistics=statistics)
+                              statistics=statistics, recipe=s.get("recipe", "package"))
     return build
 
 
@@ -136,6 +138,12 @@ register_predictor(Predictor(
     "transformer_nfn", "neural", "Transformer-NFN: equivariant layers over the encoder, MLPs over embedding and "
     "classifier (docs/design.md section 8)", build=_transformer_nfn(False), settings=NFN, invariant=True))
 register_predictor(Predictor(
+    "transformer_nfn_paper", "neural", "Transformer-NFN as the paper builds and trains it: sums, LayerNorms per block "
+    "and in the head, one linear layer over the embedding; 50 epochs (10 of warm-up) of batches of 16, Adam at 1e-3 "
+    "(docs/design.md section 8)", build=_transformer_nfn(False), settings={**NFN, "recipe": "paper"},
+    invariant=True, default=False,
+    training={"epochs": 50, "warmup_epochs": 10, "batch_size": 16, "lr": 1e-3, "weight_decay": 0.0}))
+register_predictor(Predictor(
     "nfn_hybrid", "neural", "Transformer-NFN with a branch over the invariant statistics before its head",
     build=_transformer_nfn(True), settings=NFN, invariant=True))
 register_predictor(Predictor(
@@ -165,3 +173,6 @@ register_predictor(Predictor(
 register_predictor(Predictor(
     "hyperparameters", "floor", "floor: LightGBM on the run's hyperparameters and the checkpoint's epoch, no "
     "weights (the target's own columns left out)", fit=_floor("hyperparameters"), seeded=False))
+register_predictor(Predictor(
+    "nearest_run", "floor", "floor: the target of the nearest training checkpoint in weight space, no learning "
+    "(near 1 where test runs have near-clones in training)", fit=_floor("nearest_run"), seeded=False))

@@ -224,7 +224,10 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
     protocol = data.protocol + (f", epoch {data.epoch}" if data.epoch is not None else "")
     lines = [f"Zoo config `{config}`: target {data.target.name}, protocol {protocol}, preprocessing "
              f"{data.preprocess}, {seeds} seed(s), {'tuned' if report.tuned and result.untuned else 'untuned'}"
-             + (f", split salt {data.split_salt!r}" if data.split_salt else "") + ".",
+             + f", splits {data.split_rule.describe()}"
+             + (f", split salt {data.split_salt!r}" if data.split_salt else "")
+             + (f", every checkpoint moved by a random element of the {data.randomize} symmetry group"
+                if data.randomize else "") + ".",
              f"Each cell: mean over seeds [95% interval from {report.resamples} bootstrap resamples of the test runs, "
              f"seed {report.bootstrap_seed}]. Test split: {counts}.",
              f"Best: {report.best}; tied with it (paired interval of the difference holds 0): "

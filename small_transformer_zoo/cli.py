@@ -24,6 +24,7 @@ def format_summary(summary: dict) -> str:
              f"  task: {json.dumps(summary['task'])}",
              f"  parameters per checkpoint: {summary['n_params']:,}; runs: {summary['runs']:,}; "
              f"checkpoints: {summary['checkpoints']:,}",
+             f"  seeds: {summary['seed_policy']}; splits {summary['split_rule']}",
              f"  {'split':<11}{'ckpts':>8}{'runs':>7}{'diverged':>9}   test accuracy min / median / mean / max"]
     for split, s in summary["splits"].items():
         acc = s["test_accuracy"]
@@ -36,7 +37,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     from .hub.load import open_zoos
 
     for zoo in open_zoos(args.root, args.config, args.revision):
-        print(json.dumps(zoo.summary(), indent=2) if args.json else format_summary(zoo.summary()))
+        summary = zoo.summary()
+        if args.clones:
+            from .store.census import census_report, format_census
+
+            census = census_report(zoo, args.clone_epoch, args.within, canonical=not args.raw_only)
+            summary["clones"] = census
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            print(format_summary(summary) + (f"\n{format_census(summary['clones'])}" if args.clones else ""))
     return 0
 
 
@@ -72,7 +82,7 @@ def cmd_import_original(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     result = import_original(args.source, args.out, args.config, task=args.task, shard_size=args.shard_size,
-                             overwrite=args.overwrite, progress=progress)
+                             overwrite=args.overwrite, progress=progress, split_by=args.split_by)
     bar.close()
     counts = result.manifest["counts"]
     kept = f", {result.parts_kept} parts kept from an interrupted import" if result.parts_kept else ""
@@ -106,11 +116,11 @@ def cmd_card(args: argparse.Namespace) -> int:
     from .store.configs import list_configs
 
     if args.print:
-        print(render_card(args.root, args.repo))
+        print(render_card(args.root, args.repo, args.clones))
         return 0
     if not list_configs(args.root):
         raise ZooFormatError(args.root, "holds no zoo config (no <config>/zoo.json)")
-    write_root_card(args.root, args.repo)
+    write_root_card(args.root, args.repo, args.clones)
     print(f"wrote {Path(args.root) / 'README.md'}")
     return 0
 
@@ -183,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="counts, configs, splits and accuracy summary of a zoo root")
     add_zoo_argument(info)
     info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument("--clones", action="store_true",
+                      help="also the near-clone census: per split, the share of runs whose nearest other training "
+                           "run (weights at one epoch, raw and canonical) lies within --within, and the quantiles "
+                           "of that distance")
+    info.add_argument("--clone-epoch", type=bounded(int, 1),
+                      help="with --clones: the epoch compared (default: the latest one every run stores)")
+    info.add_argument("--within", type=bounded(float, 0, low_open=True), default=0.01,
+                      help="with --clones: the relative distance |w - w'| / |w| that counts as a clone (default: 0.01)")
+    info.add_argument("--raw-only", action="store_true", help="with --clones: skip the canonical forms (faster)")
     info.set_defaults(func=cmd_info)
 
     verify = sub.add_parser("verify", help="check every shard's size and sha256 and the metadata's references")
@@ -198,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     card = sub.add_parser("card", help="render the Hub dataset card (README.md) of a zoo root")
     card.add_argument("root", help="local zoo root folder")
     card.add_argument("--print", action="store_true", help="print the card instead of writing README.md")
+    card.add_argument("--clones", action="store_true",
+                      help="include the near-clone census of every config (reads the weights at one epoch)")
     card.add_argument("--repo", help="the Hub repo its examples load from (default: $STZ_REPO_ID or the default "
                                      "repo; `stz push` fills in the repo it pushes to)")
     card.set_defaults(func=cmd_card)
@@ -225,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--task", help="mnist or agnews: which release, when SOURCE holds both (else detected)")
     imp.add_argument("--shard-size", type=bounded(int, 1), default=2048, help="checkpoints per shard (default: 2048)")
     imp.add_argument("--overwrite", action="store_true", help="replace a zoo already at OUT/CONFIG")
+    imp.add_argument("--split-by", choices=("run", "family"), default="run",
+                     help="run: each run's split by a hash of its id; family: runs that differ only in L2 and init "
+                          "std share a split (the release gave every run one seed, so those runs are near-clones) "
+                          "(default: run)")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar")
     imp.set_defaults(func=cmd_import_original)
 

@@ -26,7 +26,7 @@ def test_card_lists_every_config_and_split_with_real_counts(tmp_path: Path) -> N
         "split": "test", "path": str(metadata_file(tmp_path / "beta", "test").relative_to(tmp_path))}
     assert meta["size_categories"] == ["n<1K"] and meta["license"] == "mit"
     beta = Zoo.open(tmp_path, "beta").manifest["counts"]
-    assert f"| `beta` | synthetic | 18,506 | 30 | {beta['checkpoints']:,} | " \
+    assert f"| `beta` | synthetic | 18,506 | 30 | per-run | by run | {beta['checkpoints']:,} | " \
            f"{beta['train']:,} / {beta['validation']:,} / {beta['test']:,} |" in card
     assert GENERATED_MARK in card and "{{" not in card
 

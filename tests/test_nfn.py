@@ -40,25 +40,48 @@ def max_relative_error(a: BlockStack, b: BlockStack) -> float:
     return max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-300)).item() for k in a.tensors)
 
 
-def test_fast_layers_compute_exactly_the_reference_terms() -> None:
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_fast_layers_compute_exactly_the_reference_terms(reduction: str) -> None:
     torch.manual_seed(0)
     spec = ArchitectureSpec("vision", 10, num_heads=3, d_head=5, d_mlp=7, num_blocks=2, d_model=6, image_size=8)
     for c_in in (1, 3):
-        layer = EquivariantLayer(spec, c_in, 4).double()
+        layer = EquivariantLayer(spec, c_in, 4, reduction).double()
         with torch.no_grad():
             for p in (layer.wa_bias, layer.ba_bias, layer.wb_bias, layer.bb_bias):
                 p.normal_()
         x = random_stack(spec, 2, c_in, seed=c_in)
         assert max_relative_error(layer(x), reference_equivariant(layer, x)) < 1e-12
-        inv = InvariantLayer(spec, c_in, 5).double()
+        inv = InvariantLayer(spec, c_in, 5, reduction, block_norm=reduction == "sum").double()
         assert torch.allclose(inv(x), reference_invariant(inv, x), rtol=1e-12, atol=1e-12)
 
 
+def test_sums_start_as_the_same_function_as_means_and_train_differently_under_adam() -> None:
+    """The paper's sums and the package's means: one function at initialisation, two trajectories under Adam
+    (its step is per parameter, so the parametrisation matters)."""
+    x = random_stack(ZOO, 4, 1, seed=5)
+    target = torch.randn(4, 2 * 3, dtype=torch.float64)
+    outputs = {}
+    for reduction in ("mean", "sum"):
+        torch.manual_seed(11)
+        encoder = TransformerNFNEncoder(ZOO, channels=3, num_layers=1, reduction=reduction).double()
+        start = encoder(x).detach()
+        optimizer = torch.optim.Adam(encoder.parameters(), lr=1e-3)
+        for _ in range(3):
+            optimizer.zero_grad()
+            ((encoder(x) - target) ** 2).mean().backward()
+            optimizer.step()
+        outputs[reduction] = (start, encoder(x).detach())
+    assert torch.allclose(outputs["mean"][0], outputs["sum"][0], rtol=1e-9, atol=1e-12)
+    moved = (outputs["mean"][1] - outputs["mean"][0]).abs().max()
+    assert (outputs["mean"][1] - outputs["sum"][1]).abs().max() > 0.1 * moved
+
+
 @settings(max_examples=20, deadline=None)
-@given(spec=SPECS, c_in=st.integers(1, 3), c_out=st.integers(1, 3), seed=st.integers(0, 10**6))
-def test_equivariant_layer(spec: ArchitectureSpec, c_in: int, c_out: int, seed: int) -> None:
+@given(spec=SPECS, c_in=st.integers(1, 3), c_out=st.integers(1, 3), seed=st.integers(0, 10**6),
+       reduction=st.sampled_from(["mean", "sum"]))
+def test_equivariant_layer(spec: ArchitectureSpec, c_in: int, c_out: int, seed: int, reduction: str) -> None:
     torch.manual_seed(seed)
-    layer = EquivariantLayer(spec, c_in, c_out).double()
+    layer = EquivariantLayer(spec, c_in, c_out, reduction).double()
     x = random_stack(spec, 2, c_in, seed)
     g = sample_group_element(spec, torch.Generator().manual_seed(seed + 1), condition_number=5.0)
     assert max_relative_error(layer(act(g, x)), act(g, layer(x))) < 1e-9
@@ -76,10 +99,11 @@ def test_stack_of_layers_is_equivariant_and_encoder_invariant(spec: Architecture
     assert ((moved - out).abs().max() / out.abs().max()).item() < 1e-9
 
 
+@pytest.mark.parametrize("recipe", ["package", "paper"])
 @pytest.mark.parametrize("spec", [ZOO, text_spec(vocab_size=20, max_length=5)], ids=["vision", "text"])
-def test_full_model_is_invariant(spec: ArchitectureSpec) -> None:
+def test_full_model_is_invariant(spec: ArchitectureSpec, recipe: str) -> None:
     torch.manual_seed(1)
-    model = TransformerNFN(spec).double().eval()
+    model = TransformerNFN(spec, recipe=recipe).double().eval()
     weights = TransformerWeights.from_params(torch.randn(4, spec.n_params, dtype=torch.float64) * 0.3, spec)
     g = sample_group_element(spec, torch.Generator().manual_seed(2))
     base, moved = model.forward_logits(weights), model.forward_logits(g.act(weights))
@@ -138,11 +162,12 @@ def test_mismatched_inputs_are_named() -> None:
         TransformerNFN(ZOO, components=("decoder",))
 
 
-def test_the_single_layer_encoder_shortcut_is_the_full_computation() -> None:
+@pytest.mark.parametrize("recipe", ["package", "paper"])
+def test_the_single_layer_encoder_shortcut_is_the_full_computation(recipe: str) -> None:
     """With one equivariant layer, the encoder reads only summaries of its output, computed without forming it
     (fused sums that keep sign masks); outputs and every parameter's gradient equal the full computation's."""
     torch.manual_seed(0)
-    model = TransformerNFN(ZOO).double()
+    model = TransformerNFN(ZOO, recipe=recipe).double()
     stack = random_stack(ZOO, 5, 1, 11)
     weight = torch.randn(5, ZOO.num_blocks * 10, dtype=torch.float64)
 

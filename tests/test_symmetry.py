@@ -1,5 +1,7 @@
 """The symmetry group, checked on real (briefly trained) checkpoints of both architectures in float64."""
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -7,7 +9,8 @@ from hypothesis import strategies as st
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import ZooTransformer
-from small_transformer_zoo.weights.symmetry import random_invertible, sample_group_element
+from small_transformer_zoo.weights.symmetry import (random_invertible, randomize_params, sample_group_element,
+                                                    sample_interface_element)
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 from tests.helpers import TEXT, briefly_trained, build_zoo, random_inputs, transformed_copy
 
@@ -80,3 +83,56 @@ def test_group_action_keeps_the_logits_of_tiny_zoo_checkpoints(tmp_path) -> None
         with torch.no_grad():
             moved = transformed_copy(model, g.act_on_state_dict(model.state_dict(), zoo.spec))(x)
             assert (moved - model(x)).abs().max().item() <= 1e-9
+
+
+@pytest.mark.parametrize("spec", [mnist_spec(), TEXT], ids=["vision", "text"])
+def test_interface_permutations_keep_the_logits(spec: ArchitectureSpec) -> None:
+    """Permuting the features between blocks and before the classifier, outside the paper's group, is exact."""
+    model = briefly_trained(spec)
+    x = random_inputs(spec, 16, torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        reference = model(x)
+        for seed in range(3):
+            g = sample_interface_element(spec, torch.Generator().manual_seed(seed))
+            state = g.act_on_state_dict(model.state_dict(), spec)
+            moved = max((state[k] - v).abs().max().item() for k, v in model.state_dict().items())
+            assert moved > 1e-3
+            assert (transformed_copy(model, state)(x) - reference).abs().max().item() <= 1e-9
+
+
+def test_interface_permutation_of_one_side_only_changes_the_logits() -> None:
+    """Both sides of an interface must move: permuting only block 0's outputs is no symmetry."""
+    spec = mnist_spec()
+    model = briefly_trained(spec)
+    x = random_inputs(spec, 16, torch.Generator().manual_seed(8))
+    weights = TransformerWeights.from_state_dict(model.state_dict(), spec)
+    perm = torch.randperm(spec.d_model, generator=torch.Generator().manual_seed(2))
+    block = weights.blocks[0]
+    block.W_B, block.b_B = block.W_B.index_select(-1, perm), block.b_B.index_select(-1, perm)
+    with torch.no_grad():
+        assert (transformed_copy(model, weights.state_dict(0))(x) - model(x)).abs().max().item() > 1e-3
+
+
+@functools.lru_cache(maxsize=1)
+def two_trained_models() -> tuple[ZooTransformer, ZooTransformer]:
+    return briefly_trained(mnist_spec(), seed=0, steps=5), briefly_trained(mnist_spec(), seed=1, steps=5)
+
+
+@settings(max_examples=6, deadline=None)
+@given(group=st.sampled_from(["paper-group", "interfaces", "all"]), seed=st.integers(0, 1000))
+def test_randomized_checkpoints_compute_the_same_function(group: str, seed: int) -> None:
+    spec = mnist_spec()
+    models = two_trained_models()
+    params = torch.stack([TransformerWeights.from_state_dict(m.state_dict(), spec).to_params()[0] for m in models])
+    moved = randomize_params(params, spec, group, ["a", "b"], seed)
+    again = randomize_params(params[1:], spec, group, ["b"], seed)
+    assert torch.equal(moved[1:], again), "a row's element depends on its key, not on the rows beside it"
+    assert (moved - params).abs().max() > 1e-3
+    x = random_inputs(spec, 8, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        for row, model in zip(moved, models):
+            state = TransformerWeights.from_params(row[None], spec).state_dict(0)
+            assert (transformed_copy(model, state)(x) - model(x)).abs().max().item() <= 1e-9
+    if group == "interfaces":  # a permutation: the weights' norms and sorted values are kept
+        assert torch.allclose(moved.norm(dim=1), params.norm(dim=1))
+        assert torch.equal(moved.sort(dim=1).values, params.sort(dim=1).values)

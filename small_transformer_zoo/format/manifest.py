@@ -14,7 +14,7 @@ from typing import Any
 
 from .architecture import ArchitectureSpec
 from ..errors import ZooFormatError
-from .splits import SPLIT_NAMES, check_fractions
+from .splits import SPLIT_NAMES, SplitRule
 
 FORMAT_NAME = "small-transformer-zoo"
 FORMAT_VERSION = 1
@@ -79,18 +79,22 @@ def check_manifest(manifest: Any, path: str) -> dict[str, Any]:
 
 
 def _check_split_rule(rule: Any, path: str) -> None:
-    """`splits`: by run id, a salt, fractions that are numbers summing to 1 (metadata checks assign runs with it)."""
-    if not isinstance(rule, dict) or rule.get("by") != "run_id" or not isinstance(rule.get("salt"), str):
-        raise ZooFormatError(path, f"field 'splits' must be {{'by': 'run_id', 'salt': <text>, 'fractions': {{...}}}}, "
-                                   f"got {_short(rule)}")
+    """`splits`: by run id (or by family of runs), a salt, fractions that are numbers summing to 1 (metadata checks
+    assign runs with it)."""
+    if not isinstance(rule, dict) or rule.get("by") not in ("run_id", "family") or not isinstance(rule.get("salt"), str):
+        raise ZooFormatError(path, f"field 'splits' must be {{'by': 'run_id' or 'family', 'salt': <text>, "
+                                   f"'fractions': {{...}}}}, got {_short(rule)}")
     fractions = rule.get("fractions")
     if not isinstance(fractions, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                   for v in fractions.values()):
         raise ZooFormatError(path, f"field 'splits.fractions' must map split names to numbers, got {_short(fractions)}")
+    varies = rule.get("varies", [])
+    if not isinstance(varies, list) or not all(isinstance(v, str) for v in varies):
+        raise ZooFormatError(path, f"field 'splits.varies' must be a list of hyperparameter names, got {_short(varies)}")
     try:
-        check_fractions(fractions)
+        SplitRule.from_manifest(rule)
     except ValueError as exc:
-        raise ZooFormatError(path, f"field 'splits.fractions': {exc}") from None
+        raise ZooFormatError(path, f"field 'splits': {exc}") from None
 
 
 def _check_descriptions(manifest: dict[str, Any], path: str) -> None:

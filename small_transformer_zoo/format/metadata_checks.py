@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from ..errors import ZooFormatError
 from .checksums import check_bytes
 from .metadata import METRICS, conform_metadata
-from .splits import assign_split
+from .splits import FAMILY_KEYS, SplitRule
 
 ACCURACIES = ("train_accuracy", "validation_accuracy", "test_accuracy")
 LOSSES = ("train_loss", "validation_loss", "test_loss")
@@ -119,12 +119,8 @@ def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any
         i = int(np.argmax(wrong.to_numpy(zero_copy_only=False)))
         raise ZooFormatError(where, f"checkpoint {ids[i].as_py()!r} says split {table.column('split')[i].as_py()!r} "
                                     f"in the {split!r} metadata")
-    fractions, salt = split_rule.get("fractions"), split_rule.get("salt")
-    if fractions is not None and salt is not None:
-        for run in pc.unique(table.column("run_id")).to_pylist():
-            if assign_split(run, fractions, salt) != split:
-                raise ZooFormatError(where, f"run {run!r} belongs to split {assign_split(run, fractions, salt)!r} by "
-                                            f"the zoo's split rule, not {split!r}")
+    if split_rule.get("fractions") is not None and split_rule.get("salt") is not None:
+        check_split_units(table, split, SplitRule.from_manifest(split_rule), where)
     for column in withheld:
         if table.column(column).null_count != table.num_rows:
             raise ZooFormatError(where, f"column {column!r} is withheld in split {split!r} but holds values")
@@ -151,3 +147,13 @@ def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any
             shown = "null" if data[i].as_py() is None else repr(float(values[i]))
             raise ZooFormatError(where, f"checkpoint {ids[i].as_py()!r}: {column} is {shown}, not {rule} (the "
                                         f"checkpoint is not marked diverged)")
+
+
+def check_split_units(table: pa.Table, split: str, rule: SplitRule, where: str) -> None:
+    """Every run of the table is in the split that the zoo's rule assigns to its unit (run or family)."""
+    columns = ["run_id"] + ([k for k in FAMILY_KEYS if k not in rule.varies] if rule.by == "family" else [])
+    units = table.select(columns).group_by(columns).aggregate([]).to_pylist()
+    for row in units:
+        if (expected := rule.assign(row)) != split:
+            unit = f"run {row['run_id']!r}" + (f" (family {rule.unit(row)!r})" if rule.by == "family" else "")
+            raise ZooFormatError(where, f"{unit} belongs to split {expected!r} by the zoo's split rule, not {split!r}")

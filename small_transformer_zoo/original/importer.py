@@ -61,10 +61,12 @@ class ImportResult:
 def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[str], config: str, *,
                     task: str | None = None, shard_size: int = DEFAULT_SHARD_SIZE, overwrite: bool = False,
                     part_size: int = PART_SIZE, workers: int | None = None,
-                    progress: Progress | None = None) -> ImportResult:
+                    progress: Progress | None = None, split_by: str = "run") -> ImportResult:
     """Convert the release at `source` (folder, zip or `hf://datasets/.../<file>.zip`) into `<out_root>/<config>`.
 
-    `workers`: processes converting parts at once (default: one per usable core, at most one per part)."""
+    `workers`: processes converting parts at once (default: one per usable core, at most one per part).
+    `split_by`: "run" or "family" (`SplitRule`): the release gave every run one seed, so runs that differ only in
+    L2 or init std are near-clones, which "family" keeps in one split."""
     out_root = Path(out_root)
     with open_release(source, task) as release:
         csv_where = release.where(release.csv_member)
@@ -79,7 +81,8 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         files_without_row = sum(1 for name in release.checkpoints if name not in listed)
         frozen, spec = _architecture(release, rows[0], columns, csv_where)
         notes = _notes(release, spec, frozen, files_without_row)
-        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "architecture": spec.to_dict()}
+        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "architecture": spec.to_dict(),
+                "split_by": split_by}
         with exclusive_lock(out_root, config, "stz import-original"):
             work = out_root / config / ".import"
             finished = _finished(out_root / config, work, plan)
@@ -87,7 +90,7 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
                 shutil.rmtree(work, ignore_errors=True)
                 return ImportResult(finished, files_without_row, 0, notes)
             with ZooWriter(
-                out_root, config, spec, shard_size=shard_size, overwrite=overwrite,
+                out_root, config, spec, shard_size=shard_size, overwrite=overwrite, split_by=split_by,
                 task={"name": release.task, "source": f"the authors' release ({release.dataset})"},
                 provenance={"imported_from": _source_name(source), "release_csv": release.csv_member,
                             "release_csv_sha256": sha256_bytes(csv_bytes), "files_without_row": files_without_row,

@@ -58,8 +58,8 @@ def _accuracy_stats(values: list[float]) -> str:
 def config_table(zoos: list[Zoo]) -> str:
     """One row per config (`Zoo`) with its real counts and test accuracy over all of its checkpoints, then the
     same statistics per split."""
-    lines = ["| config | task | parameters | runs | checkpoints | train / validation / test | diverged | "
-             "test accuracy min / median / max (all checkpoints) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | task | parameters | runs | seeds | splits | checkpoints | train / validation / test | "
+             "diverged | test accuracy min / median / max (all checkpoints) |", "|---|---|---|---|---|---|---|---|---|---|"]
     per_split = ["| config | split | runs | checkpoints | test accuracy min / median / max |", "|---|---|---|---|---|"]
     withheld, tasks, carved = [], {}, []
     for zoo in zoos:
@@ -75,7 +75,7 @@ def config_table(zoos: list[Zoo]) -> str:
         accuracy = {s: zoo.metadata(s).column("test_accuracy").to_pylist() for s in zoo.splits}
         name = summary["task"].get("name", "?") if isinstance(summary["task"], dict) else "?"
         lines.append(f"| `{config}` | {name} | {summary['n_params']:,} | {summary['runs']:,} | "
-                     f"{summary['checkpoints']:,} | "
+                     f"{summary['seed_policy']} | {summary['split_rule']} | {summary['checkpoints']:,} | "
                      + " / ".join(f"{splits[s]['checkpoints']:,}" for s in SPLIT_NAMES if s in splits)
                      + f" | {sum(s['diverged'] for s in splits.values()):,} | "
                      f"{_accuracy_stats([v for values in accuracy.values() for v in values])} |")
@@ -100,9 +100,33 @@ def fields_table() -> str:
     return "\n".join(["| column | type | meaning |", "|---|---|---|", *rows])
 
 
-def render_card(root: str | os.PathLike[str], repo_id: str | None = None) -> str:
+def census_section(zoos: list[Zoo], clones: bool) -> str:
+    """The near-clone census of every config (`census`), which reads the weights; without `clones`, how to get it."""
+    if not clones:
+        return ("The near-clone census of each config (`stz info ROOT --clones`, or this card rendered with `stz card "
+                "--clones`) gives, per split, the share of runs whose nearest training run is within a relative "
+                "distance of 1%.")
+    from .census import census_report
+
+    lines = ["Near-clones, per config and split: the share of runs whose nearest other training run (weights at "
+             "the epoch shown) lies within a relative distance |w - w'| / |w| of 1%, raw and in canonical form, "
+             "and the median distance (`stz info --clones`).", "",
+             "| config | seeds | epoch | split | runs | within 1% (raw) | median (raw) | within 1% (canonical) | "
+             "median (canonical) |", "|---|---|---|---|---|---|---|---|---|"]
+    for zoo in zoos:
+        report = census_report(zoo)
+        for split, row in report["splits"].items():
+            cells = [f"{100 * row[f]['within']:.1f}% | {row[f]['quantiles']['0.5']:.3f}"
+                     if row[f]["within"] is not None else "- | -" for f in ("raw", "canonical")]
+            lines.append(f"| `{zoo.config}` | {report['seed_policy']} | {report['epoch']} | {split} | {row['runs']:,} "
+                         f"| {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def render_card(root: str | os.PathLike[str], repo_id: str | None = None, clones: bool = False) -> str:
     """The Hub dataset card of a zoo root: the package's template filled with the root's configs and counts, and
-    its examples with the repo (`repo_id`, default: the one the short name stands for) and a config of the root."""
+    its examples with the repo (`repo_id`, default: the one the short name stands for) and a config of the root.
+    `clones`: include the near-clone census, which reads every config's weights at one epoch."""
     root = Path(root)
     configs = list_configs(root)
     template = files("small_transformer_zoo").joinpath("dataset_card.md").read_text()
@@ -112,13 +136,14 @@ def render_card(root: str | os.PathLike[str], repo_id: str | None = None) -> str
             .replace("configs:\n{{configs}}", configs_yaml({zoo.config: zoo.manifest for zoo in zoos}))
             .replace("{{config_table}}", config_table(zoos) if zoos else "(none yet)")
             .replace("{{fields_table}}", fields_table())
+            .replace("{{clone_census}}", census_section(zoos, clones))
             .replace("{{repo}}", repo_id or default_repo_id())
             .replace("{{config}}", configs[0] if configs else "<config>"))
     head, body = text.split("\n---\n", 1)
     return f"{head}\n---\n{GENERATED_MARK}\n{body}"
 
 
-def write_root_card(root: str | os.PathLike[str], repo_id: str | None = None) -> None:
+def write_root_card(root: str | os.PathLike[str], repo_id: str | None = None, clones: bool = False) -> None:
     """Write the root's README.md card, unless the user has written their own README there (a regular file of at
     most a few MB: never a link, a FIFO or a device)."""
     root = Path(root)
@@ -131,4 +156,4 @@ def write_root_card(root: str | os.PathLike[str], repo_id: str | None = None) ->
     if existing is not None and GENERATED_MARK not in existing:
         log.warning("%s was not written by small-transformer-zoo; leaving it alone", readme)
         return
-    atomic_write_bytes(readme, render_card(root, repo_id).encode())
+    atomic_write_bytes(readme, render_card(root, repo_id, clones).encode())

@@ -20,8 +20,10 @@ from ..errors import LabelsWithheldError, ZooFormatError
 from ..format.manifest import MANIFEST_NAME
 from ..format.metadata_checks import load_checked_metadata, withheld_columns
 from ..format.selection import Selection, select_rows
+from ..format.splits import SplitRule
 from .configs import choose_config, list_configs
 from ..format.shards import check_row_digests, memmap_shard, read_checked_header
+from .seeding import seed_policy
 from .snapshot import open_snapshot
 from ..format.checksums import check_bytes
 from .verification import check_open_file, check_verify_mode, file_version, rows_checked, stamp_rows_checked
@@ -337,7 +339,9 @@ class Zoo:
         """Counts per split and an accuracy summary, for `stz info`."""
         out: dict[str, Any] = {"config": self.config, "path": str(self.dir), "task": self.manifest.get("task"),
                                "n_params": self.spec.n_params, "runs": self.manifest["counts"].get("runs"),
-                               "checkpoints": self.manifest["counts"].get("checkpoints"), "splits": {}}
+                               "checkpoints": self.manifest["counts"].get("checkpoints"),
+                               "seed_policy": seed_policy(self.manifest, map(self.metadata, self.splits)),
+                               "split_rule": SplitRule.from_manifest(self.manifest["splits"]).describe(), "splits": {}}
         for split in self.splits:
             table = self.metadata(split)
             acc = table.column("test_accuracy").to_numpy(zero_copy_only=False).astype(float)

@@ -28,7 +28,7 @@ from ..format.metadata import build_table, normalise_row
 from .local_index import register_local_zoo
 from .card import write_root_card
 from ..format.shards import canonical_header, encode_shard, row_digest
-from ..format.splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, SPLIT_NAMES, assign_split, check_fractions
+from ..format.splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, FAMILY_VARIES_DEFAULT, SPLIT_NAMES, SplitRule
 from ..weights.weight_space import pack_state_dict
 
 DEFAULT_SHARD_SIZE = 2048
@@ -37,7 +37,7 @@ DEFAULT_SHARD_SIZE = 2048
 class ZooWriter:
     """Write one zoo config (`<root>/<config>/`); use as a context manager or call `close()`.
 
-    Rows go to the split of their run (`assign_split`); each split's rows fill shards of `shard_size`
+    Rows go to the split of their run, or of their run's family (`SplitRule`, `split_by`); each split's rows fill shards of `shard_size`
     checkpoints named `weights/<split>-<index>-<h>.safetensors` (`<h>`: the start of the file's sha256), so one
     split is a short list of whole files.
     """
@@ -55,6 +55,8 @@ class ZooWriter:
         shard_size: int = DEFAULT_SHARD_SIZE,
         fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
         split_salt: str = DEFAULT_SPLIT_SALT,
+        split_by: str = "run",
+        family_varies: tuple[str, ...] = FAMILY_VARIES_DEFAULT,
         overwrite: bool = False,
         register: bool = True,
     ) -> None:
@@ -62,7 +64,7 @@ class ZooWriter:
             raise ValueError(f"config name {config!r} must be a plain folder name")
         if shard_size < 1:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
-        self.fractions, self.split_salt = check_fractions(fractions), split_salt
+        self.split_rule = SplitRule(split_by, fractions, split_salt, family_varies)
         self.root, self.config, self.spec = Path(root), config, spec
         self.dir = self.root / config
         for folder in ("", *DATA_FOLDERS):
@@ -118,7 +120,7 @@ class ZooWriter:
                                  f"{self.spec.n_params}")
         if not row["diverged"] and not np.isfinite(packed).all():
             raise ValueError(f"{where}: weights contain NaN or inf; mark the checkpoint diverged=True to keep it")
-        split = assign_split(row["run_id"], self.fractions, self.split_salt)
+        split = self.split_rule.assign(row)
         row["split"], row["params_digest"] = split, row_digest(packed)
         self._ids.add(row["checkpoint_id"])
         self._buffers[split].append(packed)
@@ -190,7 +192,7 @@ class ZooWriter:
             "provenance": self.provenance,
             "grid": self.grid,
             "checkpoint_epochs": self.checkpoint_epochs,
-            "splits": {"by": "run_id", "fractions": self.fractions, "salt": self.split_salt},
+            "splits": self.split_rule.to_manifest(),
             "counts": {"checkpoints": len(all_rows), "runs": len({r["run_id"] for r in all_rows}),
                        **{split: len(self._rows[split]) for split in SPLIT_NAMES}},
             "metadata": metadata_files,

@@ -11,16 +11,26 @@ M_i and N_i, a permutation pi_O of the attention output dimension and pi_A of th
 With (Y P)[:, j] = Y[:, pi(j)], "X P" is column indexing by pi and "P^{-1} W" is row indexing by pi. Because
 blocks have no residual connection and LayerNorm has no affine part, a transformed checkpoint computes the same
 function. Every tensor may carry any leading [batch, channels] dims: the element acts the same on each.
+
+The same two facts give a symmetry the paper's group leaves out (`InterfaceElement`): the width-D features that
+block i hands on (the columns of its W_B and b_B) may be permuted by pi_i, if whatever reads them takes its inputs
+in the same order: the rows of W_q, W_k, W_v of block i + 1, or the columns of the classifier's first layer after
+the last block (the final LayerNorm and the mean over tokens keep the order). The embedding's output is not
+permuted: the position table added to it is fixed.
+
+`randomize_params` moves every checkpoint of a batch by its own random element of either group, or of both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..format.architecture import ArchitectureSpec
+from .groups import RANDOMIZE_GROUPS
 from .weight_space import BlockWeights, TransformerWeights
 
 
@@ -95,3 +105,57 @@ def sample_group_element(spec: ArchitectureSpec, generator: torch.Generator | No
             pi_A=torch.randperm(spec.d_mlp, generator=generator),
         ))
     return GroupElement(blocks)
+
+
+@dataclass
+class InterfaceElement:
+    """Permutations `pi[i]` of the D features block i hands on (module docstring), one per block."""
+
+    pi: list[torch.Tensor]
+
+    def act(self, weights: TransformerWeights) -> TransformerWeights:
+        if len(self.pi) != len(weights.blocks):
+            raise ValueError(f"interface element has {len(self.pi)} permutations, the weights have "
+                             f"{len(weights.blocks)} blocks")
+        blocks = []
+        for i, block in enumerate(weights.blocks):
+            if i > 0:
+                before = self.pi[i - 1]
+                block = replace(block, W_q=block.W_q.index_select(-2, before), W_k=block.W_k.index_select(-2, before),
+                                W_v=block.W_v.index_select(-2, before))
+            blocks.append(replace(block, W_B=block.W_B.index_select(-1, self.pi[i]),
+                                  b_B=block.b_B.index_select(-1, self.pi[i])))
+        classifier = dict(weights.classifier)
+        classifier["classifier.fc1.weight"] = classifier["classifier.fc1.weight"].index_select(-1, self.pi[-1])
+        return TransformerWeights(weights.spec, blocks, dict(weights.embedding), classifier)
+
+    def act_on_state_dict(self, state_dict: Mapping[str, torch.Tensor], spec: ArchitectureSpec) -> dict[str, torch.Tensor]:
+        return self.act(TransformerWeights.from_state_dict(state_dict, spec)).state_dict(0)
+
+
+def sample_interface_element(spec: ArchitectureSpec, generator: torch.Generator | None = None) -> InterfaceElement:
+    """A uniformly random permutation of every block's output features."""
+    generator = generator or torch.Generator().manual_seed(0)
+    return InterfaceElement([torch.randperm(spec.d_model, generator=generator) for _ in range(spec.num_blocks)])
+
+
+def randomize_params(params: torch.Tensor, spec: ArchitectureSpec, group: str, keys: Sequence[str],
+                     seed: int = 0) -> torch.Tensor:
+    """Packed rows [B, n_params], each moved by a random element of `group` (`RANDOMIZE_GROUPS`): the paper's
+    group, the interface permutations, or both. Row b's element is drawn from a generator seeded by `seed` and
+    `keys[b]` (its checkpoint id), so it does not depend on which other rows are moved with it."""
+    if group not in RANDOMIZE_GROUPS:
+        raise ValueError(f"unknown group {group!r}; choose from {list(RANDOMIZE_GROUPS)}")
+    if len(keys) != len(params):
+        raise ValueError(f"{len(keys)} keys for {len(params)} rows")
+    out = torch.empty_like(params)
+    for b, key in enumerate(keys):
+        digest = hashlib.sha256(f"randomize:{seed}:{key}".encode()).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+        weights = TransformerWeights.from_params(params[b : b + 1].double(), spec)
+        if group in ("paper-group", "all"):
+            weights = sample_group_element(spec, generator).act(weights)
+        if group in ("interfaces", "all"):
+            weights = sample_interface_element(spec, generator).act(weights)
+        out[b] = weights.to_params()[0].to(params.dtype)
+    return out

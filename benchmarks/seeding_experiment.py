@@ -1,0 +1,112 @@
+"""Where Transformer-NFN's gap to STATNN comes from: one plan built with shared and with per-run seeds, benchmarked
+under four conditions, with the near-clones each condition leaves between its test and training runs.
+
+    python benchmarks/seeding_experiment.py ZOO_ROOT --shared CONFIG --per-run CONFIG --out DIR [--seeds 3]
+
+Conditions (each `stz bench --protocol paper` on the same models and seeds):
+
+- `shared, split by run`: the shared-seed zoo as built;
+- `shared, split by family`: its runs split again so that runs differing only in L2 and init std share a split;
+- `per-run, split by run`: the per-run-seed zoo as built;
+- `shared, split by run, interfaces randomized`: every checkpoint moved by a random permutation of the features
+  between blocks and before the classifier, an exact symmetry outside the paper's group.
+
+Printed: per condition the test runs, the share of them with a training run within 1% (relative distance, the
+weights the models see), every model's tau with its 95% interval over test runs, and the paired differences that
+decide the question. Each condition's results also land under OUT/<condition>/ as `stz bench` writes them, and a
+stopped run resumes its finished fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nfn_baselines.bench_data import load_bench_data  # noqa: E402
+from nfn_baselines.bench_runs import BenchRequest, run_bench  # noqa: E402
+from small_transformer_zoo import Zoo  # noqa: E402
+from small_transformer_zoo.store.census import nearest_distances  # noqa: E402
+
+MODELS = ["transformer_nfn", "transformer_nfn_paper", "statnn", "statnn_invariant", "nearest_run", "hyperparameters"]
+PAIRS = [("transformer_nfn", "statnn"), ("transformer_nfn_paper", "statnn"),
+         ("transformer_nfn_paper", "transformer_nfn"), ("statnn_invariant", "statnn"),
+         ("transformer_nfn", "hyperparameters")]
+
+
+def conditions(shared: str, per_run: str) -> list[tuple[str, str, dict]]:
+    return [("shared-run", shared, {}), ("shared-family", shared, {"split_by": "family"}),
+            ("per-run-run", per_run, {}), ("shared-run-interfaces", shared, {"randomize": "interfaces"})]
+
+
+def clone_share(zoo: Zoo, request: BenchRequest) -> tuple[int, float, float]:
+    """Test runs of the condition, the share with a training run within 1%, and the median distance."""
+    data = load_bench_data(zoo, protocol=request.protocol, epoch=request.epoch, split_by=request.split_by,
+                           randomize=request.randomize)
+    distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
+    return data.splits["test"].run_count, float(np.mean(distances <= 0.01)), float(np.median(distances))
+
+
+def interval(cell: dict, sign: str = "") -> str:
+    """`estimate [low, high]`, or `-` where the figure is undefined (a condition too small, constant predictions)."""
+    if any(cell.get(k) is None for k in ("estimate", "low", "high")):
+        return "-"
+    return f"{cell['estimate']:{sign}.3f} [{cell['low']:{sign}.3f}, {cell['high']:{sign}.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root")
+    parser.add_argument("--shared", required=True, help="config of the shared-seed zoo")
+    parser.add_argument("--per-run", required=True, help="config of the per-run-seed zoo")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=30, help="epochs of the package's neural models")
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--only", nargs="+", help="run only these conditions")
+    args = parser.parse_args()
+    rows: dict[str, dict] = {}
+    for name, config, options in conditions(args.shared, args.per_run):
+        if args.only and name not in args.only:
+            continue
+        zoo = Zoo.open(args.root, config)
+        request = BenchRequest(models=args.models, seeds=args.seeds, epochs=args.epochs, protocol="paper",
+                               thresholds=(0.4,), **options)
+        runs, within, median = clone_share(zoo, request)
+        outcome = run_bench(zoo, request, Path(args.out) / name)
+        print(outcome.markdown, flush=True)
+        document = json.loads((Path(args.out) / name / f"{request.stem(zoo.config)}.json").read_text())
+        rows[name] = {"runs": runs, "within": within, "median": median, "models": document["models"]}
+    render(rows, args.seeds)
+
+
+def render(rows: dict[str, dict], seeds: int) -> None:
+    names = list(rows)
+    print(f"\n{seeds} seeds; tau over each condition's test runs (paper protocol, all checkpoints of the epoch), "
+          f"95% intervals from 1,000 bootstrap resamples of the test runs.\n")
+    print("| | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    print("| test runs | " + " | ".join(str(rows[n]["runs"]) for n in names) + " |")
+    print("| test runs with a training run within 1% | " + " | ".join(
+        f"{100 * rows[n]['within']:.0f}% (median distance {rows[n]['median']:.2f})" for n in names) + " |")
+    models = list(rows[names[0]]["models"])
+    for model in models:
+        print(f"| {model}, tau | " + " | ".join(interval(rows[n]["models"][model]["columns"]["tau"])
+                                               for n in names) + " |")
+    for a, b in PAIRS:
+        if a not in models or b not in models:
+            continue
+        cells = []
+        for n in names:
+            d = rows[n]["models"][a]["differences"][b]
+            cells.append(interval(d, "+") + (", tied" if d["tied"] else ""))
+        print(f"| {a} minus {b} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
