@@ -37,8 +37,9 @@ import torch
 
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
-from builders.build import load_task_data, training_flops_per_sample
-from builders.device import choose_group_size
+from builders.placement import choose_group_size
+from builders.plan import training_flops_per_sample
+from builders.request import load_task_data
 from small_transformer_zoo.devices import resolve_device
 from builders.grid import PRESETS, full_grid, preset_runs
 from builders.reference import train_run_plain

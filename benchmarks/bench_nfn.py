@@ -15,9 +15,9 @@ import torch
 
 from common import row  # noqa: F401  (sets up the import path)
 
-from nfn_baselines.model import TransformerNFN, count_parameters
-from nfn_baselines.reference import reference_equivariant, reference_invariant
-from nfn_baselines.weight_stack import BlockStack
+from nfn_baselines.models.model import TransformerNFN, count_parameters
+from nfn_baselines.models.reference import reference_equivariant, reference_invariant
+from nfn_baselines.models.weight_stack import BlockStack
 from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.weights.symmetry import sample_group_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights

@@ -19,7 +19,7 @@ from dataclasses import replace
 import common  # noqa: F401  (puts the project on sys.path)
 import numpy as np
 
-from builders.build import load_task_data
+from builders.request import load_task_data
 from builders.grid import HYPER_ORDER, PRESETS, checkpoint_epochs, full_grid, groups, stratified_sample, sweep_sample
 from builders.tasks import get_task
 from builders.trainer import Recipe, train_groups

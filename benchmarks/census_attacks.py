@@ -18,7 +18,9 @@ import pyarrow.parquet as pq
 import torch
 from common import PROJECT, start_hub
 
-from nfn_baselines.leaderboard import MAX_BYTES, MAX_ROWS, write_submission
+from nfn_baselines.leaderboard.scoring import MAX_BYTES, MAX_ROWS
+
+from nfn_baselines.bench.submission import write_submission
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, mnist_spec
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.original import import_original
@@ -196,7 +198,7 @@ def killed_after_manifest(work: Path, _: Path) -> str:
 
 
 def _scorer_peak(path: Path) -> tuple[float, str]:
-    code = ("import resource, sys\nfrom nfn_baselines.leaderboard import SubmissionError, read_submission\n"
+    code = ("import resource, sys\nfrom nfn_baselines.leaderboard.scoring import SubmissionError, read_submission\n"
             "try:\n    read_submission(sys.argv[1])\n    print('read')\nexcept SubmissionError:\n    print('refused')\n"
             "own = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
             "print('peak', max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
@@ -247,7 +249,7 @@ def _leaderboard_case(work: Path, pristine: Path, files: Callable[[Path], dict[s
                       splits: tuple[str, ...] = ("test",)) -> str:
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    from nfn_baselines.hub_leaderboard import hub_results, review
+    from nfn_baselines.leaderboard.hub import hub_results, review
 
     repo = f"census/{work.name}"
     api = HfApi()

@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nfn_baselines.bench_data import load_bench_data  # noqa: E402
-from nfn_baselines.bench_runs import BenchRequest, run_bench  # noqa: E402
+from nfn_baselines.bench.data import load_bench_data  # noqa: E402
+from nfn_baselines.bench.runs import BenchRequest, run_bench  # noqa: E402
 from small_transformer_zoo import Zoo  # noqa: E402
 from small_transformer_zoo.store.census import nearest_distances  # noqa: E402
 

@@ -14,7 +14,7 @@ from .tasks import get_task, task_names
 
 
 def _request(args: argparse.Namespace, **extra: object) -> object:
-    from .build import BuildRequest
+    from .request import BuildRequest
 
     return BuildRequest.of(args.task, args.preset, args.out, data_dir=args.data_dir, word2vec=args.word2vec,
                            precision=args.precision, carve_from_test=args.carve_from_test,

@@ -15,7 +15,8 @@ from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 from .data import TaskData
 from .grid import Run, group_id
-from .build import Build, save_part
+from .parts import save_part
+from .request import Build
 from .trainer import Checkpoint, Recipe, train_group
 
 

@@ -14,10 +14,10 @@ from small_transformer_zoo.devices import usable_cores
 from small_transformer_zoo.format.splits import SPLIT_UNITS
 from small_transformer_zoo.weights.groups import RANDOMIZE_GROUPS
 
-from .metrics import DEFAULT_THRESHOLDS
-from .predictors import PREDICTORS, default_predictors
-from .protocols import PROTOCOLS
-from .targets import TARGETS
+from .models.metrics import DEFAULT_THRESHOLDS
+from .models.predictors import PREDICTORS, default_predictors
+from .bench.protocols import PROTOCOLS
+from .models.targets import TARGETS
 
 if TYPE_CHECKING:
     from small_transformer_zoo import Zoo
@@ -26,13 +26,11 @@ if TYPE_CHECKING:
 def _bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from small_transformer_zoo.devices import resolve_device
     from small_transformer_zoo.format.selection import parse_where
     from small_transformer_zoo.plots import plot_accuracy_histogram
 
-    from .bench_runs import BenchRequest, bench_store, run_bench
-    from .benchmark import model_specs
-    from .leaderboard import add_result, score_submission
+    from .bench.runs import BenchRequest, bench_store, run_bench
+    from .leaderboard.scoring import add_result, score_submission
 
     models = [("transformer_nfn_paper" if m == "transformer_nfn" and args.recipe == "paper" else m)
               for m in args.models]
@@ -40,15 +38,14 @@ def _bench(args: argparse.Namespace) -> int:
         models=models, ablation=args.ablation, seeds=args.seeds, epochs=args.epochs, preprocess=args.preprocess,
         protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []), target=args.target,
         tune=args.tune, resplit=args.resplit, train_runs=args.train_runs, thresholds=tuple(args.thresholds),
-        device=str(resolve_device(args.device)), jobs=args.jobs, resamples=args.resamples,
+        device=args.device, jobs=args.jobs, resamples=args.resamples,
         bootstrap_seed=args.bootstrap_seed, split_by=args.split_by, randomize=args.randomize,
         settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
                                     ("patience", args.patience)) if v is not None})
     zoo = _bench_zoo(args)
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else
                                            Path("stz-out") / "bench")
-    conditions = 1 + (len(request.thresholds) if request.protocol == "paper" else 0)
-    fits = len(model_specs(request.models, request.ablation)) * conditions * (1 + request.resplit)
+    fits = request.fit_count()
     store = bench_store(zoo, request, out)
     if len(store) and not args.fresh:
         print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
@@ -92,7 +89,7 @@ def _score(args: argparse.Namespace) -> int:
     from small_transformer_zoo import open_zoo
     from small_transformer_zoo.format.selection import parse_where
 
-    from .leaderboard import add_result, score_submission, selection_text
+    from .leaderboard.scoring import add_result, score_submission, selection_text
 
     zoo = open_zoo(args.root, args.config, args.revision)
     args.config = zoo.config
@@ -116,10 +113,10 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _leaderboard(args: argparse.Namespace) -> int:
-    from .leaderboard import SubmissionError, load_leaderboard, render_leaderboard
+    from .leaderboard.scoring import SubmissionError, load_leaderboard, render_leaderboard
 
     if args.results == "init":
-        from .hub_leaderboard import create_leaderboard
+        from .leaderboard.hub import create_leaderboard
 
         if not args.repo:
             raise ValueError("name the repo: stz leaderboard init OWNER/NAME")
@@ -131,7 +128,7 @@ def _leaderboard(args: argparse.Namespace) -> int:
         raise ValueError(f"unexpected argument {args.repo!r} (only `stz leaderboard init REPO` takes a repo)")
 
     if args.hub:
-        from .hub_leaderboard import hub_results
+        from .leaderboard.hub import hub_results
 
         entries, source = hub_results(args.hub, args.revision), f"dataset {args.hub}"
     else:
@@ -150,7 +147,7 @@ def _submit(args: argparse.Namespace) -> int:
     from small_transformer_zoo import open_zoo
     from small_transformer_zoo.format.selection import parse_where
 
-    from .hub_leaderboard import main_metric_text, submit
+    from .leaderboard.hub import main_metric_text, submit
 
     zoo = open_zoo(args.root, args.config, args.revision)
     done = submit(args.submission, args.leaderboard, zoo, zoo.config, args.split, args.name, tuple(args.thresholds),
@@ -162,7 +159,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _review(args: argparse.Namespace) -> int:
-    from .hub_leaderboard import main_metric_text, open_pull_requests, review
+    from .leaderboard.hub import main_metric_text, open_pull_requests, review
 
     numbers = args.pr or open_pull_requests(args.leaderboard)
     if not numbers:
@@ -191,6 +188,83 @@ def _add_selection_arguments(parser: argparse.ArgumentParser, what: str) -> None
     parser.add_argument("--where", nargs="+", metavar="COLUMN=VALUE",
                         help="select checkpoints by metadata, as Zoo.select(where=...): optimizer=adam, "
                              "epoch=1,6,12 (any of), learning_rate=1e-4..1e-3 (range), train_loss=null")
+
+
+def _add_split_arguments(bench: argparse.ArgumentParser) -> None:
+    """How `stz bench` splits and moves the zoo's runs: other splits, family splits, a share of the training runs,
+    random symmetries."""
+    bench.add_argument("--resplit", type=bounded(int, 0), default=0, metavar="K",
+                       help="repeat on K other run splits of the zoo (salts resplit-1..K) and report the spread "
+                            "across splits next to the spread across seeds (default: 0)")
+    bench.add_argument("--split-by", choices=list(SPLIT_UNITS),
+                       help="split the runs again with this unit: run (each run hashed alone) or family (runs that "
+                            "differ only in L2 and init std share a split, so near-clones never straddle train and "
+                            "test); default: the zoo's own split")
+    bench.add_argument("--randomize", choices=list(RANDOMIZE_GROUPS),
+                       help="move every checkpoint by a random element of this symmetry group (seeded by its id) "
+                            "before any model sees it: paper-group (heads, GL(D_k), MLP units), interfaces (the "
+                            "features between blocks and before the classifier) or all; a model invariant under "
+                            "the group scores the same, one that reads index positions does not")
+    bench.add_argument("--train-runs", type=bounded(float, 0, 1, low_open=True), default=1.0, metavar="SHARE",
+                       help="train on this share of the training runs (a seeded draw; a learning curve point) "
+                            "(default: 1)")
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    """`stz bench` and its options."""
+    bench = sub.add_parser("bench", help="train Transformer-NFN, the baselines and the floors on a zoo, print the "
+                                         "table with 95%% intervals")
+    bench.add_argument("root", nargs="?", metavar="ZOO",
+                       help="zoo root: a local folder or a Hub dataset repo id (owner/name)")
+    bench.add_argument("--zoo", dest="zoo_option", metavar="ZOO", help=argparse.SUPPRESS)
+    bench.add_argument("--config", help="zoo config (default: the root's only one)")
+    bench.add_argument("--revision", help="Hub branch or commit of a repo id (default: main)")
+    bench.add_argument("--target", default="test_accuracy", choices=list(TARGETS),
+                       help="what the models predict: " + "; ".join(f"{t.name} ({t.description})"
+                                                                   for t in TARGETS.values())
+                            + " (default: test_accuracy)")
+    _add_selection_arguments(bench, "the checkpoints trained and scored on")
+    bench.add_argument("--seeds", type=bounded(int, 1), default=5, help="seeds per model (default: 5)")
+    bench.add_argument("--epochs", type=bounded(int, 1), default=30,
+                       help="epochs for the neural models (default: 30)")
+    bench.add_argument("--tune", action="store_true",
+                       help="search learning rate, weight decay and epochs of every neural model on validation "
+                            "(4 trials, the same for every model); the untuned table is printed too")
+    _add_split_arguments(bench)
+    bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both"), default="none",
+                       help="what every model sees: raw weights, standardised ones (statistics of the training "
+                            "split, stored in the results JSON), canonical forms, or both (default: none)")
+    bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
+                       metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
+                                         f"{' '.join(default_predictors())})")
+    bench.add_argument("--recipe", choices=("package", "paper"), default="package",
+                       help="Transformer-NFN's recipe: package (means, the package's heads, --epochs) or paper (the "
+                            "authors' model and training, term by term: the transformer_nfn_paper predictor in place "
+                            "of transformer_nfn) (default: package)")
+    bench.add_argument("--head-dropout", type=bounded(float, 0, 1, high_open=True),
+                       help="dropout before every neural model's head (default: 0)")
+    bench.add_argument("--weight-decay", type=bounded(float, 0), help="weight decay of the neural models (default: "
+                                                                      "0; --tune searches it)")
+    bench.add_argument("--patience", type=bounded(int, 1),
+                       help="stop a neural model after this many epochs without a better validation score")
+    bench.add_argument("--jobs", type=bounded(int, 1), default=usable_cores(),
+                       help="threads of the tree models (default: the cores this process may use)")
+    bench.add_argument("--ablation", choices=("components", "width-depth"),
+                       help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
+    bench.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+",
+                       default=list(DEFAULT_THRESHOLDS), help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+    bench.add_argument("--resamples", type=bounded(int, 100), default=1000,
+                       help="bootstrap resamples of the test runs for the intervals (default: 1000)")
+    bench.add_argument("--bootstrap-seed", type=bounded(int, 0), default=0, help="seed of the resamples (default: 0)")
+    bench.add_argument("--out", help="folder for the JSON, Markdown, plots and submissions (default: ZOO/bench for a "
+                                     "local root, stz-out/bench for a Hub repo)")
+    bench.add_argument("--leaderboard", help="score each model's first-seed predictions into this results file")
+    bench.add_argument("--device", default="auto", help="where the neural models train: auto (CUDA when torch sees a "
+                                                       "GPU), cpu, cuda or cuda:N; trees use the CPU (default: auto)")
+    bench.add_argument("--fresh", action="store_true",
+                       help="train every fit again, ignoring those a stopped run of the same command left in "
+                            "OUT/.resume (default: resume them)")
+    bench.set_defaults(func=_bench)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -244,70 +318,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     rev.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
                      help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
     rev.set_defaults(func=_review)
-    bench = sub.add_parser("bench", help="train Transformer-NFN, the baselines and the floors on a zoo, print the "
-                                         "table with 95%% intervals")
-    bench.add_argument("root", nargs="?", metavar="ZOO",
-                       help="zoo root: a local folder or a Hub dataset repo id (owner/name)")
-    bench.add_argument("--zoo", dest="zoo_option", metavar="ZOO", help=argparse.SUPPRESS)
-    bench.add_argument("--config", help="zoo config (default: the root's only one)")
-    bench.add_argument("--revision", help="Hub branch or commit of a repo id (default: main)")
-    bench.add_argument("--target", default="test_accuracy", choices=list(TARGETS),
-                       help="what the models predict: " + "; ".join(f"{t.name} ({t.description})"
-                                                                   for t in TARGETS.values())
-                            + " (default: test_accuracy)")
-    _add_selection_arguments(bench, "the checkpoints trained and scored on")
-    bench.add_argument("--seeds", type=bounded(int, 1), default=5, help="seeds per model (default: 5)")
-    bench.add_argument("--epochs", type=bounded(int, 1), default=30,
-                       help="epochs for the neural models (default: 30)")
-    bench.add_argument("--tune", action="store_true",
-                       help="search learning rate, weight decay and epochs of every neural model on validation "
-                            "(4 trials, the same for every model); the untuned table is printed too")
-    bench.add_argument("--resplit", type=bounded(int, 0), default=0, metavar="K",
-                       help="repeat on K other run splits of the zoo (salts resplit-1..K) and report the spread "
-                            "across splits next to the spread across seeds (default: 0)")
-    bench.add_argument("--split-by", choices=list(SPLIT_UNITS),
-                       help="split the runs again with this unit: run (each run hashed alone) or family (runs that "
-                            "differ only in L2 and init std share a split, so near-clones never straddle train and "
-                            "test); default: the zoo's own split")
-    bench.add_argument("--randomize", choices=list(RANDOMIZE_GROUPS),
-                       help="move every checkpoint by a random element of this symmetry group (seeded by its id) "
-                            "before any model sees it: paper-group (heads, GL(D_k), MLP units), interfaces (the "
-                            "features between blocks and before the classifier) or all; a model invariant under "
-                            "the group scores the same, one that reads index positions does not")
-    bench.add_argument("--train-runs", type=bounded(float, 0, 1, low_open=True), default=1.0, metavar="SHARE",
-                       help="train on this share of the training runs (a seeded draw; a learning curve point) "
-                            "(default: 1)")
-    bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both"), default="none",
-                       help="what every model sees: raw weights, standardised ones (statistics of the training "
-                            "split, stored in the results JSON), canonical forms, or both (default: none)")
-    bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
-                       metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
-                                         f"{' '.join(default_predictors())})")
-    bench.add_argument("--recipe", choices=("package", "paper"), default="package",
-                       help="Transformer-NFN's recipe: package (means, the package's heads, --epochs) or paper (the "
-                            "authors' model and training, term by term: the transformer_nfn_paper predictor in place "
-                            "of transformer_nfn) (default: package)")
-    bench.add_argument("--head-dropout", type=bounded(float, 0, 1, high_open=True),
-                       help="dropout before every neural model's head (default: 0)")
-    bench.add_argument("--weight-decay", type=bounded(float, 0), help="weight decay of the neural models (default: "
-                                                                      "0; --tune searches it)")
-    bench.add_argument("--patience", type=bounded(int, 1),
-                       help="stop a neural model after this many epochs without a better validation score")
-    bench.add_argument("--jobs", type=bounded(int, 1), default=usable_cores(),
-                       help="threads of the tree models (default: the cores this process may use)")
-    bench.add_argument("--ablation", choices=("components", "width-depth"),
-                       help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
-    bench.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+",
-                       default=list(DEFAULT_THRESHOLDS), help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
-    bench.add_argument("--resamples", type=bounded(int, 100), default=1000,
-                       help="bootstrap resamples of the test runs for the intervals (default: 1000)")
-    bench.add_argument("--bootstrap-seed", type=bounded(int, 0), default=0, help="seed of the resamples (default: 0)")
-    bench.add_argument("--out", help="folder for the JSON, Markdown, plots and submissions (default: ZOO/bench for a "
-                                     "local root, stz-out/bench for a Hub repo)")
-    bench.add_argument("--leaderboard", help="score each model's first-seed predictions into this results file")
-    bench.add_argument("--device", default="auto", help="where the neural models train: auto (CUDA when torch sees a "
-                                                       "GPU), cpu, cuda or cuda:N; trees use the CPU (default: auto)")
-    bench.add_argument("--fresh", action="store_true",
-                       help="train every fit again, ignoring those a stopped run of the same command left in "
-                            "OUT/.resume (default: resume them)")
-    bench.set_defaults(func=_bench)
+    _add_bench_parser(sub)

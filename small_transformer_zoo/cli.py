@@ -184,12 +184,8 @@ def add_zoo_argument(parser: argparse.ArgumentParser, *, positional: bool = True
     parser.add_argument("--revision", help="Hub branch or commit of a repo id (default: main)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
-                                                             "benchmark zoos of trained transformers.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    sub = parser.add_subparsers(dest="command")
-
+def _add_info_parser(sub: argparse._SubParsersAction) -> None:
+    """`stz info`, with the near-clone census's options."""
     info = sub.add_parser("info", help="counts, configs, splits and accuracy summary of a zoo root")
     add_zoo_argument(info)
     info.add_argument("--json", action="store_true", help="print JSON")
@@ -203,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --clones: the relative distance |w - w'| / |w| that counts as a clone (default: 0.01)")
     info.add_argument("--raw-only", action="store_true", help="with --clones: skip the canonical forms (faster)")
     info.set_defaults(func=cmd_info)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="stz", description="Small Transformer Zoo: build, load, check and "
+                                                             "benchmark zoos of trained transformers.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    sub = parser.add_subparsers(dest="command")
+
+    _add_info_parser(sub)
 
     verify = sub.add_parser("verify", help="check every shard's size and sha256 and the metadata's references")
     add_zoo_argument(verify)

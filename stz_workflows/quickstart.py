@@ -15,10 +15,9 @@ import numpy as np
 from tqdm import tqdm
 
 from builders.build import BuildRequest, run_build
-from nfn_baselines.bench_runs import BenchRequest, run_bench
-from nfn_baselines.benchmark import model_specs
+from nfn_baselines.bench.runs import BenchRequest, run_bench
 from small_transformer_zoo import Zoo, load_dataset
-from small_transformer_zoo.devices import resolve_device, usable_cores
+from small_transformer_zoo.devices import usable_cores
 from small_transformer_zoo.plots import plot_accuracy_histogram
 
 
@@ -39,9 +38,8 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
 
     _header(f"3. Transformer-NFN, the baselines and the floors predict test accuracy from the weights (seed {seed})")
     zoo = Zoo.open(out, config)
-    models = model_specs()
-    bar = tqdm(total=len(models), desc="   models", unit="model", file=sys.stderr)
-    bench = BenchRequest(seeds=1, epochs=epochs, device=str(resolve_device(device)), jobs=usable_cores())
+    bench = BenchRequest(seeds=1, epochs=epochs, device=device, jobs=usable_cores())
+    bar = tqdm(total=bench.fit_count(), desc="   models", unit="fit", file=sys.stderr)
     outcome = run_bench(zoo, bench, out / "bench",
                         on_done=lambda name, _, __: (bar.update(1), bar.set_postfix_str(f"{name} done")))
     bar.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nfn_baselines.bench_runs import BenchRequest, bench_store, run_bench
+from nfn_baselines.bench.runs import BenchRequest, bench_store, run_bench
 from small_transformer_zoo import Zoo, ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
 

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from nfn_baselines.baselines import FlatPredictor, statistics
-from nfn_baselines.bench_data import load_bench_data
-from nfn_baselines.bench_runs import BenchRequest, run_bench
-from nfn_baselines.benchmark import model_specs, run_benchmark, tuning_trials
+from nfn_baselines.models.baselines import FlatPredictor, statistics
+from nfn_baselines.bench.data import load_bench_data
+from nfn_baselines.bench.runs import BenchRequest, run_bench
+from nfn_baselines.bench.benchmark import model_specs, run_benchmark, tuning_trials
 from nfn_baselines.cli import register  # noqa: F401  (the subcommand module imports cleanly)
-from nfn_baselines.leaderboard import load_leaderboard, score_submission
-from nfn_baselines.metrics import scores
-from nfn_baselines.report import render_markdown, score
+from nfn_baselines.leaderboard.scoring import load_leaderboard, score_submission
+from nfn_baselines.models.metrics import scores
+from nfn_baselines.bench.report import render_markdown, score
 from small_transformer_zoo import Zoo, ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.errors import DataError
@@ -316,3 +316,13 @@ def test_bench_flags_are_range_checked(learnable_zoo: Path, argv: list[str], mes
 def test_a_split_too_small_is_a_data_problem(learnable_zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(learnable_zoo), "--where", "run_id=r1", "--seeds", "1"]) == 1
     assert "the benchmark needs at least 2 runs in every split" in capsys.readouterr().err
+
+
+def test_a_bench_request_resolves_its_device_and_counts_its_fits() -> None:
+    from nfn_baselines.bench.runs import BenchRequest
+
+    request = BenchRequest(models=["statnn", "l2_norm"], protocol="paper", thresholds=(0.4, 0.6), resplit=1)
+    assert request.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert request.fit_count() == 2 * 3 * 2
+    assert BenchRequest(models=["statnn"], ablation="components").fit_count() == 1 + 6
+    assert BenchRequest().fit_count() == len(model_specs())

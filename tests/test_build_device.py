@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from builders.batched import GroupDropout
-from builders.device import bytes_per_run, check_precision, choose_group_size
+from builders.placement import bytes_per_run, check_precision, choose_group_size
 from builders.grid import Run, run_seed
 from builders.trainer import RunStreams, train_group
 from small_transformer_zoo import Zoo

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from builders.batched import GroupDropout, batched_logits, packed_views
-from builders.build import load_part, load_task_data, save_part
+from builders.parts import load_part, save_part
+from builders.request import load_task_data
 from builders.data import load_idx_folder, parse_idx
 from builders.grid import FAMILY, OPTIMIZERS, PAPER_GRID, PRESETS, Run, full_grid, preset_runs, run_seed, shard_runs
 from builders.tasks import get_task

@@ -116,7 +116,7 @@ def test_every_flag_has_help_and_shows_its_default() -> None:
 
 def test_a_hub_repo_id_is_a_zoo_root_everywhere(hub, synthetic_root: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from nfn_baselines.leaderboard import write_submission
+    from nfn_baselines.bench.submission import write_submission
     from small_transformer_zoo import Zoo
     from small_transformer_zoo.hub.push import push_zoo
 

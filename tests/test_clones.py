@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfn_baselines.bench_data import load_bench_data
-from nfn_baselines.benchmark import model_specs, run_benchmark
-from nfn_baselines.predictors import get_predictor
-from nfn_baselines.report import score
+from nfn_baselines.bench.data import load_bench_data
+from nfn_baselines.bench.benchmark import model_specs, run_benchmark
+from nfn_baselines.models.predictors import get_predictor
+from nfn_baselines.bench.report import score
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.errors import ZooFormatError
 from small_transformer_zoo.format.architecture import mnist_spec

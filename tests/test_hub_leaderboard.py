@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from nfn_baselines.hub_leaderboard import hub_results, review, submit
-from nfn_baselines.leaderboard import SubmissionError, score_submission, write_submission
+from nfn_baselines.bench.submission import write_submission
+from nfn_baselines.leaderboard.hub import hub_results, review, submit
+from nfn_baselines.leaderboard.scoring import SubmissionError, score_submission
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.errors import DataError, LabelsWithheldError, ZooFormatError
@@ -220,7 +221,7 @@ def test_review_reads_changed_paths_exactly(hub: HubServer, synthetic_root: Path
 
 def test_a_file_swapped_after_scoring_is_never_merged(hub: HubServer, synthetic_root: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from nfn_baselines import hub_leaderboard
+    from nfn_baselines.leaderboard import hub as hub_leaderboard
 
     repo_id = _new_leaderboard(hub, "swap")
     good = _predictions(synthetic_root, tmp_path / "good.csv", noise=0.02)
@@ -269,7 +270,7 @@ def test_a_selected_submission_is_submitted_reviewed_and_ranked_on_its_own_check
     """A paper-protocol submission (one checkpoint per run) goes through `stz submit` and `stz review` with its
     selection recorded in the claim, and ranks in a table of its own; a claim whose selection is not one is
     refused."""
-    from nfn_baselines.hub_leaderboard import submission_path
+    from nfn_baselines.leaderboard.hub import submission_path
     from small_transformer_zoo.format.selection import normalise_where
 
     repo_id = _new_leaderboard(hub, "selected")

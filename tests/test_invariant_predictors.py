@@ -6,11 +6,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfn_baselines.baselines import FlatPredictor
-from nfn_baselines.invariant_stats import feature_count, invariant_statistics
-from nfn_baselines.model import TransformerNFN
-from nfn_baselines.predictors import PREDICTORS
-from nfn_baselines.probe_features import output_feature_count, probe_inputs, probe_logits, probe_statistics
+from nfn_baselines.models.baselines import FlatPredictor
+from nfn_baselines.models.invariant_stats import feature_count, invariant_statistics
+from nfn_baselines.models.model import TransformerNFN
+from nfn_baselines.models.predictors import PREDICTORS
+from nfn_baselines.models.probe_features import output_feature_count, probe_inputs, probe_logits, probe_statistics
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import ZooTransformer
 from small_transformer_zoo.weights.symmetry import sample_group_element

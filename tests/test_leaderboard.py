@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nfn_baselines.leaderboard import (SubmissionError, add_result, load_leaderboard, read_submission,
-                                       render_leaderboard, score_submission, write_submission)
-from nfn_baselines.metrics import scores
+from nfn_baselines.bench.submission import write_submission
+from nfn_baselines.leaderboard.scoring import (SubmissionError, add_result, load_leaderboard, read_submission,
+                                               render_leaderboard, score_submission)
+from nfn_baselines.models.metrics import scores
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.cli import main
 
@@ -144,7 +145,7 @@ def test_stz_score_cli(synthetic_root: Path, truth, tmp_path: Path, capsys: pyte
 def test_only_regular_files_within_the_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import nfn_baselines.leaderboard as leaderboard
+    import nfn_baselines.leaderboard.scoring as leaderboard
 
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
@@ -208,7 +209,7 @@ def test_results_are_strict_json_and_names_are_escaped(tmp_path: Path) -> None:
 # The process's own high-water mark (VmHWM: ru_maxrss would carry the forking test process's over execve) and
 # that of the Parquet child it spawns.
 PEAK = ("import resource, sys\n"
-        "from nfn_baselines.leaderboard import SubmissionError, read_submission\n"
+        "from nfn_baselines.leaderboard.scoring import SubmissionError, read_submission\n"
         "try:\n    read_submission(sys.argv[1])\nexcept SubmissionError as exc:\n    print('refused:', exc)\n"
         "own = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
         "print('peak', max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
@@ -226,7 +227,7 @@ def _peak_mib(path: Path) -> tuple[float, str]:
 def test_the_scorer_stays_within_300_mb_for_any_input_within_its_limit(tmp_path: Path) -> None:
     """Blank lines up to the size limit, the most rows allowed, and a small Parquet file of dictionary-encoded
     values that decodes to gigabytes: each is read (or refused) in at most 300 MB, the Parquet child included."""
-    from nfn_baselines import leaderboard
+    from nfn_baselines.leaderboard import scoring as leaderboard
 
     blank = tmp_path / "blank.csv"
     with open(blank, "w") as handle:

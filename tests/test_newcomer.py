@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from builders.build import BuildRequest, run_build
-from nfn_baselines.bench_data import load_bench_data
+from nfn_baselines.bench.data import load_bench_data
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset, mnist_spec, open_zoo
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.testing import HubServer
@@ -136,7 +136,7 @@ def test_offline_without_the_config_in_the_cache_says_so(hub: HubServer, synthet
 
 
 def test_a_leaderboard_repo_is_made_by_one_command(hub: HubServer, capsys: pytest.CaptureFixture[str]) -> None:
-    from nfn_baselines.hub_leaderboard import hub_results
+    from nfn_baselines.leaderboard.hub import hub_results
 
     repo_id = f"org/board-{uuid.uuid4().hex[:8]}"
     assert main(["leaderboard", "init", repo_id]) == 0

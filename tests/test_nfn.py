@@ -6,10 +6,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfn_baselines.layers import EquivariantLayer, InvariantLayer
-from nfn_baselines.model import TransformerNFN, TransformerNFNEncoder, count_parameters
-from nfn_baselines.reference import reference_equivariant, reference_invariant
-from nfn_baselines.weight_stack import BlockStack
+from nfn_baselines.models.layers import EquivariantLayer, InvariantLayer
+from nfn_baselines.models.model import TransformerNFN, TransformerNFNEncoder, count_parameters
+from nfn_baselines.models.reference import reference_equivariant, reference_invariant
+from nfn_baselines.models.weight_stack import BlockStack
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec, text_spec
 from small_transformer_zoo.weights.symmetry import GroupElement, sample_group_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from nfn_baselines.baselines import FlatPredictor
-from nfn_baselines.model import TransformerNFN
-from nfn_baselines.train import TrainConfig, predict, prepare, train_predictor, train_predictors, warmup_cosine
+from nfn_baselines.models.baselines import FlatPredictor
+from nfn_baselines.models.model import TransformerNFN
+from nfn_baselines.models.train import TrainConfig, predict, prepare, train_predictor, train_predictors, warmup_cosine
 from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.testing.labelled_weights import shifted_bias_weights
 from small_transformer_zoo.weights.weight_space import TransformerWeights

@@ -117,8 +117,8 @@ def test_one_selection_rule_on_every_read_path(drawn: dict, data: st.DataObject,
                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     """Drawn filters give the same checkpoints, in the same order, with the same bytes, on the fast path,
     through `load_dataset` (prepared and streaming) and in the benchmark's data loader."""
-    from nfn_baselines.bench_data import _read_split
-    from nfn_baselines.targets import get_target
+    from nfn_baselines.bench.data import _read_split
+    from nfn_baselines.models.targets import get_target
 
     selection = _concrete(drawn, data)
     zoo = Zoo.open(synthetic_root, "syn")

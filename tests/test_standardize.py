@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfn_baselines.model import TransformerNFN
+from nfn_baselines.models.model import TransformerNFN
 from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.weights.standardize import WeightStats
 from small_transformer_zoo.weights.symmetry import sample_group_element

@@ -11,11 +11,11 @@ import torch
 from sklearn.linear_model import Ridge
 
 import tests.color_task  # noqa: F401 - registers the task `color32`, as a task module in builders/tasks would
-from nfn_baselines.baselines import FittedTable, flat_weights
-from nfn_baselines.bench_data import load_bench_data
-from nfn_baselines.benchmark import model_specs, run_benchmark
-from nfn_baselines.model import TransformerNFN
-from nfn_baselines.predictors import PREDICTORS, Predictor, default_predictors, register_predictor
+from nfn_baselines.models.baselines import FittedTable, flat_weights
+from nfn_baselines.bench.data import load_bench_data
+from nfn_baselines.bench.benchmark import model_specs, run_benchmark
+from nfn_baselines.models.model import TransformerNFN
+from nfn_baselines.models.predictors import PREDICTORS, Predictor, default_predictors, register_predictor
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.weights.symmetry import sample_group_element

@@ -60,13 +60,11 @@ class ImportResult:
 
 def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[str], config: str, *,
                     task: str | None = None, shard_size: int = DEFAULT_SHARD_SIZE, overwrite: bool = False,
-                    part_size: int = PART_SIZE, workers: int | None = None,
-                    progress: Progress | None = None, split_by: str = "run") -> ImportResult:
-    """Convert the release at `source` (folder, zip or `hf://datasets/.../<file>.zip`) into `<out_root>/<config>`.
-
-    `workers`: processes converting parts at once (default: one per usable core, at most one per part).
-    `split_by`: "run" or "family" (`SplitRule`): the release gave every run one seed, so runs that differ only in
-    L2 or init std are near-clones, which "family" keeps in one split."""
+                    part_size: int = PART_SIZE, workers: int | None = None, progress: Progress | None = None,
+                    split_by: str = "run") -> ImportResult:
+    """Convert the release at `source` (folder, zip or `hf://datasets/.../<file>.zip`) into `<out_root>/<config>`:
+    `workers`: processes converting parts at once (default: one per usable core, at most one per part);
+    `split_by`: "run", or "family" to keep the release's near-clones (one seed for all runs) in one split."""
     out_root = Path(out_root)
     with open_release(source, task) as release:
         csv_where = release.where(release.csv_member)
@@ -81,8 +79,8 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         files_without_row = sum(1 for name in release.checkpoints if name not in listed)
         frozen, spec = _architecture(release, rows[0], columns, csv_where)
         notes = _notes(release, spec, frozen, files_without_row)
-        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "architecture": spec.to_dict(),
-                "split_by": split_by}
+        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "split_by": split_by,
+                "architecture": spec.to_dict()}
         with exclusive_lock(out_root, config, "stz import-original"):
             work = out_root / config / ".import"
             finished = _finished(out_root / config, work, plan)

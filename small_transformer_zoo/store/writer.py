@@ -28,7 +28,7 @@ from ..format.metadata import build_table, normalise_row
 from .local_index import register_local_zoo
 from .card import write_root_card
 from ..format.shards import canonical_header, encode_shard, row_digest
-from ..format.splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, FAMILY_VARIES_DEFAULT, SPLIT_NAMES, SplitRule
+from ..format.splits import DEFAULT_FRACTIONS, DEFAULT_SPLIT_SALT, SPLIT_NAMES, SplitRule
 from ..weights.weight_space import pack_state_dict
 
 DEFAULT_SHARD_SIZE = 2048
@@ -56,7 +56,6 @@ class ZooWriter:
         fractions: Mapping[str, float] = DEFAULT_FRACTIONS,
         split_salt: str = DEFAULT_SPLIT_SALT,
         split_by: str = "run",
-        family_varies: tuple[str, ...] = FAMILY_VARIES_DEFAULT,
         overwrite: bool = False,
         register: bool = True,
     ) -> None:
@@ -64,7 +63,7 @@ class ZooWriter:
             raise ValueError(f"config name {config!r} must be a plain folder name")
         if shard_size < 1:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
-        self.split_rule = SplitRule(split_by, fractions, split_salt, family_varies)
+        self.split_rule = SplitRule(split_by, fractions, split_salt)
         self.root, self.config, self.spec = Path(root), config, spec
         self.dir = self.root / config
         for folder in ("", *DATA_FOLDERS):

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .benchmark import BenchResult, Fit
-from .metrics import (
+from .benchmark import BenchResult
+from .resume import Fit
+from ..models.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     RunResamples,
@@ -29,8 +30,8 @@ from .metrics import (
     percentile_interval,
     r_squared,
 )
-from .predictors import get_predictor
-from .train import validation_score
+from ..models.predictors import get_predictor
+from ..models.train import validation_score
 
 
 @dataclass

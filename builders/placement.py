@@ -1,4 +1,5 @@
-"""Where a build trains: the device, its numeric precision, and how many runs fit in one group there.
+"""Where a build trains (`plan_placement`): the device, its numeric precision, and how many runs fit in one group
+there.
 
 Everything is checked before any training starts: an unknown device, `cuda` without a GPU, bf16 where the device
 has no bf16 arithmetic, and a group size that does not fit in the device's free memory (with what it needs).
@@ -11,10 +12,14 @@ from pathlib import Path
 
 import torch
 
+from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 
 from .batched import GroupDropout, batched_logits, packed_views
+from .grid import OPTIMIZERS
+from .plan import Placement
+from .request import Build
 from .trainer import PRECISIONS, autocast
 
 MAX_GROUP = 4096           # runs per group on an accelerator, at most
@@ -109,3 +114,16 @@ def choose_group_size(requested: int | str, device: torch.device, spec: Architec
                          f"{f', {workers} workers' if workers > 1 else ''}), {free / gib:.2f} GiB free; at most "
                          f"{fits} fit")
     return size
+
+
+def plan_placement(build: Build, free_bytes: int | None = None) -> Placement:
+    """Resolve `--device`, check `--precision` there and choose the group size (errors before any training)."""
+    request, spec, data = build.request, build.spec, build.data
+    where = resolve_device(request.device)
+    check_precision(where, build.plan.precision)
+    tokens = spec.num_tokens if spec.modality == "vision" else data.train_x.shape[1]
+    family = max(sum(r.optimizer == o for r in build.mine) for o in OPTIMIZERS)
+    parallel = (request.workers or usable_cores()) if where.type == "cpu" else 1
+    size = choose_group_size(request.group_size, where, spec, build.plan.batch_size, build.plan.precision, tokens,
+                             request.preset.group_size, family, parallel, free_bytes)
+    return Placement(where, size, request.workers)

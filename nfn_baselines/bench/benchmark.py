@@ -14,19 +14,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from small_transformer_zoo.format.architecture import COMPONENTS
 
-from .bench_data import BenchData, Condition
-from .predictors import FitRequest, Predictor, default_predictors, get_predictor
-from .train import TrainConfig, predict_prepared, prepare, train_predictors, validation_score
-
-if TYPE_CHECKING:
-    from .bench_resume import FitStore
+from ..models.fitting import FitRequest
+from ..models.metrics import DEFAULT_THRESHOLDS
+from ..models.predictors import Predictor, default_predictors, get_predictor
+from ..models.train import TrainConfig, predict_prepared, prepare, train_predictors, validation_score
+from .data import BenchData, Condition
+from .resume import Fit, FitStore
 
 COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
                       ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
@@ -44,16 +44,6 @@ class ModelSpec:
     name: str
     predictor: str
     settings: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Fit:
-    """One model, condition and seed: its predictions of every split and how it was chosen."""
-
-    predictions: dict[str, np.ndarray]
-    trial: dict[str, Any]
-    validation_score: float
-    best_epoch: int | None = None
 
 
 @dataclass
@@ -96,7 +86,7 @@ def tuning_trials(epochs: int) -> list[dict[str, Any]]:
 
 
 def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int], epochs: int,
-                  thresholds: Sequence[float] = (0.2, 0.4, 0.6, 0.8),
+                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                   on_done: Callable[[str, str, int], None] | None = None, device: str = "cpu", n_jobs: int = 1,
                   tune: bool = False, settings: dict[str, Any] | None = None,
                   store: FitStore | None = None) -> BenchResult:

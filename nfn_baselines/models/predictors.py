@@ -24,28 +24,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from small_transformer_zoo.format.architecture import COMPONENTS
 
+from .fitting import FitRequest
+
 if TYPE_CHECKING:
     from torch import nn
 
     from small_transformer_zoo.format.architecture import ArchitectureSpec
 
-    from .bench_data import SplitData
-    from .targets import Target
 
 # The model classes (and torch) load when a predictor is built, not when the registry is read: the command line
 # lists the registered names in its help.
-
-
-@dataclass(frozen=True)
-class FitRequest:
-    """What a tree or floor predictor is fitted on."""
-
-    seed: int
-    n_jobs: int
-    train: SplitData
-    validation: SplitData
-    target: Target
-    settings: Mapping[str, Any]
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,15 @@ learning, to reach.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from small_transformer_zoo.format.metadata import HYPERPARAMETERS, OPTIMIZERS
 
+from .fitting import FitRequest
 from .metrics import kendall_tau
-
-if TYPE_CHECKING:
-    from .predictors import FitRequest
 
 HYPERPARAMETER_FEATURES = (*HYPERPARAMETERS, "epoch", "is_best")
 

@@ -27,36 +27,13 @@ from small_transformer_zoo.weights.standardize import WeightStats
 from small_transformer_zoo.weights.symmetry import randomize_params
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
+from ..models.fitting import SplitData
+from ..models.targets import Target, get_target
 from .protocols import protocol_where
-from .targets import Target, get_target
 
 PREPROCESSING = ("none", "standardize", "canonical", "both")
 # The fewest checkpoints per split a condition is trained on: a model, an epoch picked on validation, a tau.
 MIN_CHECKPOINTS = {"train": 4, "validation": 2, "test": 2}
-
-
-@dataclass
-class SplitData:
-    """One split's selected checkpoints: packed weights, the target, test accuracy (for thresholds), run ids and
-    metadata rows, all in the same order."""
-
-    params: torch.Tensor
-    target: np.ndarray
-    accuracy: np.ndarray
-    runs: np.ndarray
-    metadata: pa.Table
-
-    def __len__(self) -> int:
-        return len(self.target)
-
-    def subset(self, mask: np.ndarray) -> "SplitData":
-        index = np.nonzero(mask)[0]
-        return SplitData(self.params[torch.from_numpy(index)], self.target[index], self.accuracy[index],
-                         self.runs[index], self.metadata.take(pa.array(index)))
-
-    @property
-    def run_count(self) -> int:
-        return len(set(self.runs.tolist()))
 
 
 @dataclass

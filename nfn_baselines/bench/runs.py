@@ -14,20 +14,22 @@ from typing import Any
 import numpy as np
 
 from small_transformer_zoo import Zoo
+from small_transformer_zoo.devices import resolve_device
 from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json
 
-from .bench_data import load_bench_data
-from .bench_resume import FitStore
+from .data import load_bench_data
+from .resume import FitStore
 from .benchmark import BenchResult, model_specs, run_benchmark
-from .metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
-from .leaderboard import write_submission
-from .predictors import get_predictor
+from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
+from ..models.predictors import get_predictor
 from .report import Report, plot_predictions, render_markdown, report_json, score
+from .submission import write_submission
 
 
 @dataclass
 class BenchRequest:
-    """Everything one `stz bench` run is asked (the command line's flags)."""
+    """Everything one `stz bench` run is asked (the command line's flags), with its defaults. `device` "auto" is
+    resolved here, once (CUDA when torch sees a GPU, else the CPU), as `BuildRequest` resolves a build's."""
 
     models: list[str] | None = None
     ablation: str | None = None
@@ -42,13 +44,21 @@ class BenchRequest:
     resplit: int = 0
     train_runs: float = 1.0
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    device: str = "cpu"
+    device: str = "auto"
     jobs: int = 1
     resamples: int = BOOTSTRAP_RESAMPLES
     bootstrap_seed: int = BOOTSTRAP_SEED
     settings: dict[str, Any] = field(default_factory=dict)  # head_dropout, weight_decay, patience overrides
     split_by: str | None = None      # "run" or "family": split the runs again with this unit (None: the zoo's own)
     randomize: str | None = None     # a symmetry group whose random elements move every checkpoint first
+
+    def __post_init__(self) -> None:
+        self.device = str(resolve_device(self.device))
+
+    def fit_count(self) -> int:
+        """The (model, condition) fits the run trains: every model row on every condition of every split."""
+        conditions = 1 + (len(self.thresholds) if self.protocol == "paper" else 0)
+        return len(model_specs(self.models, self.ablation)) * conditions * (1 + self.resplit)
 
     def stem(self, config: str) -> str:
         """The results' file name: the config, then what differs from the default run."""

@@ -25,11 +25,11 @@ from small_transformer_zoo.errors import DataError, hub_errors
 from small_transformer_zoo.format.manifest import package_version
 from small_transformer_zoo.format.selection import normalise_where, where_of
 
-from .leaderboard import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
+from .scoring import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
                           score_values, selection_text, with_result)
-from .metrics import DEFAULT_THRESHOLDS, defined
-from .protocols import PROTOCOLS, protocol_where
-from .targets import get_target
+from ..models.metrics import DEFAULT_THRESHOLDS, defined
+from ..bench.protocols import PROTOCOLS, protocol_where
+from ..models.targets import get_target
 
 RESULTS = "results.json"
 WITHHELD_SPLITS = ("test",)  # the splits a leaderboard scores by default: those its public zoo withholds

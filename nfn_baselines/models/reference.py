@@ -41,9 +41,10 @@ def _per_head(x: BlockStack, b: int, m: _Counts) -> tuple[torch.Tensor, ...]:
     return qk, vo
 
 
-def _invariant_terms(phi: _SlicedPhi, qk: torch.Tensor, vo: torch.Tensor, wa: torch.Tensor, wb: torch.Tensor,
-                     ba: torch.Tensor, bb: torch.Tensor, out: slice | int, m: _Counts) -> torch.Tensor:
-    """The six invariant terms (QK, VO, W_A total, W_B, b_A sum, b_B), one einsum each, for output section `out`."""
+def _invariant_terms(phi: _SlicedPhi, inputs: tuple[torch.Tensor, ...], out: slice | int, m: _Counts) -> torch.Tensor:
+    """The six invariant terms (QK, VO, W_A total, W_B, b_A sum, b_B), one einsum each, for output section `out`;
+    `inputs`: QK, VO, W_A, W_B, b_A, b_B of one block."""
+    qk, vo, wa, wb, ba, bb = inputs
     d, d_a = wa.shape[-2], wa.shape[-1]
     return (torch.einsum("bchpq,cpqe...->be...", qk, phi.qk[..., out])
             + torch.einsum("bchpq,cpe...->be...", vo, phi.vo[..., out]) / m(d)
@@ -63,7 +64,7 @@ def reference_equivariant(layer: EquivariantLayer, x: BlockStack) -> BlockStack:
         phi = _SlicedPhi(layer.s_weight[b], c, d)
         a_w = layer.a_weight[b].reshape(c, d + 2, *layer.a_weight.shape[2:])  # [c, D+2, e, 2+D]
         o_w = layer.o_weight[b].reshape(c, d + 1, -1)                           # [c, D+1, e]
-        w_a = (_invariant_terms(phi, qk, vo, wa, wb, ba, bb, 0, m)[..., None, None]
+        w_a = (_invariant_terms(phi, (qk, vo, wa, wb, ba, bb), 0, m)[..., None, None]
                + torch.einsum("bchpj,cpe->bej", vo, o_w[:, :d])[..., :, None]
                + torch.einsum("bcjk,ce->bej", wa, o_w[:, d])[..., :, None] / m(d_a)
                + torch.einsum("bcjk,ce->bek", wa, a_w[:, 0, :, 0])[..., None, :] / m(d)
@@ -71,18 +72,18 @@ def reference_equivariant(layer: EquivariantLayer, x: BlockStack) -> BlockStack:
                + torch.einsum("bckq,cqe->bek", wb, a_w[:, 1 : 1 + d, :, 0])[..., None, :]
                + torch.einsum("bck,ce->bek", ba, a_w[:, d + 1, :, 0])[..., None, :]
                + layer.wa_bias[b][:, None, None])
-        b_a = (_invariant_terms(phi, qk, vo, wa, wb, ba, bb, 1, m)[..., None]
+        b_a = (_invariant_terms(phi, (qk, vo, wa, wb, ba, bb), 1, m)[..., None]
                + torch.einsum("bcjk,ce->bek", wa, a_w[:, 0, :, 1]) / m(d)
                + torch.einsum("bckq,cqe->bek", wb, a_w[:, 1 : 1 + d, :, 1])
                + torch.einsum("bck,ce->bek", ba, a_w[:, d + 1, :, 1])
                + layer.ba_bias[b][:, None])
         cols = slice(2, 2 + d)
-        w_b = (_invariant_terms(phi, qk, vo, wa, wb, ba, bb, cols, m)[..., None, :]
+        w_b = (_invariant_terms(phi, (qk, vo, wa, wb, ba, bb), cols, m)[..., None, :]
                + torch.einsum("bcpj,cek->bejk", wa, a_w[:, 0, :, 2:]) / m(d)
                + torch.einsum("bcjq,cqek->bejk", wb, a_w[:, 1 : 1 + d, :, 2:])
                + torch.einsum("bcj,cek->bejk", ba, a_w[:, d + 1, :, 2:])
                + layer.wb_bias[b][:, None, :])
-        b_b = _invariant_terms(phi, qk, vo, wa, wb, ba, bb, slice(2 + d, 2 + 2 * d), m) + layer.bb_bias[b]
+        b_b = _invariant_terms(phi, (qk, vo, wa, wb, ba, bb), slice(2 + d, 2 + 2 * d), m) + layer.bb_bias[b]
         for t, name in enumerate(("W_q", "W_k", "W_v")):
             outputs[name].append(torch.einsum("ecjp,bchpk->behjk", layer.qkv[b, t], x[name][:, b]))
         outputs["W_o"].append(torch.einsum("ec,bchvq->behvq", layer.o_mix[b, 1], wo)
@@ -99,7 +100,7 @@ def reference_invariant(layer: InvariantLayer, x: BlockStack) -> torch.Tensor:
         qk, vo = _per_head(x, b, m)
         phi = _SlicedPhi(layer.weight[b][..., None], c, spec.d_model)
         wa, wb, ba, bb = (x[name][:, b] for name in ("W_A", "W_B", "b_A", "b_B"))
-        out = _invariant_terms(phi, qk, vo, wa, wb, ba, bb, 0, m) + layer.bias[b]
+        out = _invariant_terms(phi, (qk, vo, wa, wb, ba, bb), 0, m) + layer.bias[b]
         if layer.norm_weight is not None:
             out = torch.nn.functional.layer_norm(out, (out.shape[-1],), layer.norm_weight[b], layer.norm_bias[b])
         features.append(out)

@@ -27,7 +27,16 @@ import torch
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.store.files import atomic_write_bytes
 
-from .benchmark import Fit
+
+@dataclass
+class Fit:
+    """One model, condition and seed: its predictions of every split and how it was chosen."""
+
+    predictions: dict[str, np.ndarray]
+    trial: dict[str, Any]
+    validation_score: float
+    best_epoch: int | None = None
+
 
 # Request fields that change only how finished fits are scored or how fast trees train, not the fits themselves.
 SCORING_ONLY = ("resamples", "bootstrap_seed", "jobs")

@@ -30,10 +30,10 @@ from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.format.selection import normalise_where
 from small_transformer_zoo.store.files import atomic_write_bytes
 
-from .metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, RunResamples, defined,
+from ..models.metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, RunResamples, defined,
                       paired_difference, percentile_interval, scores)
-from .protocols import protocol_where
-from .targets import TARGETS, Target, get_target
+from ..bench.protocols import protocol_where
+from ..models.targets import TARGETS, Target, get_target
 from .parquet_child import read_columns
 
 ID_COLUMN = "checkpoint_id"
@@ -298,7 +298,7 @@ def score_values(predicted: np.ndarray, truth: Truth, target: str = "test_accura
     """The benchmark's metrics of one set of predictions, each with its 95% interval from a bootstrap over the
     split's runs, the runs it rests on, and the main metric's value on every resample (so that entries scored on
     the same split compare, paired)."""
-    from .report import metric_value
+    from ..bench.report import metric_value
 
     chosen = get_target(target)
     classes = len(chosen.classes)
@@ -344,18 +344,6 @@ def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[
     if selection:
         out.update(protocol=protocol, epoch=epoch, selection=[list(c) for c in normalise_where(selection)])
     return out
-
-
-def write_submission(path: str | os.PathLike[str], ids: list[str], predicted: np.ndarray,
-                     column: str = "predicted_accuracy") -> Path:
-    """A submission CSV, as our own models hand theirs to the scorer (numbers, or class names)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(("checkpoint_id", column))
-        writer.writerows(zip(ids, (v if isinstance(v, str) else f"{v:.8g}" for v in predicted)))
-    return path
 
 
 def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, split: str,
