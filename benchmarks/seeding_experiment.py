@@ -34,14 +34,18 @@ from small_transformer_zoo import Zoo  # noqa: E402
 from small_transformer_zoo.store.census import nearest_distances  # noqa: E402
 
 MODELS = ["transformer_nfn", "transformer_nfn_paper", "statnn", "statnn_invariant", "nearest_run", "hyperparameters"]
+CHEAPER = [m for m in MODELS if m != "transformer_nfn_paper"]  # where the recipe is not the question
 PAIRS = [("transformer_nfn", "statnn"), ("transformer_nfn_paper", "statnn"),
          ("transformer_nfn_paper", "transformer_nfn"), ("statnn_invariant", "statnn"),
          ("transformer_nfn", "hyperparameters")]
 
 
-def conditions(shared: str, per_run: str) -> list[tuple[str, str, dict]]:
-    return [("shared-run", shared, {}), ("shared-family", shared, {"split_by": "family"}),
-            ("per-run-run", per_run, {}), ("shared-run-interfaces", shared, {"randomize": "interfaces"})]
+def conditions(shared: str, per_run: str) -> list[tuple[str, str, dict, list[str]]]:
+    """(name, config, request options, models): both recipes where the seeding differs, the package's NFN alone
+    where only the split or a symmetry does."""
+    return [("shared-run", shared, {}, MODELS), ("shared-family", shared, {"split_by": "family"}, CHEAPER),
+            ("per-run-run", per_run, {}, MODELS),
+            ("shared-run-interfaces", shared, {"randomize": "interfaces"}, CHEAPER)]
 
 
 def clone_share(zoo: Zoo, request: BenchRequest) -> tuple[int, float, float]:
@@ -67,21 +71,26 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=30, help="epochs of the package's neural models")
-    parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--only", nargs="+", help="run only these conditions")
+    parser.add_argument("--render", action="store_true", help="train nothing: print the table of what OUT holds")
     args = parser.parse_args()
-    rows: dict[str, dict] = {}
-    for name, config, options in conditions(args.shared, args.per_run):
-        if args.only and name not in args.only:
+    out = Path(args.out)
+    for name, config, options, models in conditions(args.shared, args.per_run):
+        if args.render or (args.only and name not in args.only):
             continue
         zoo = Zoo.open(args.root, config)
-        request = BenchRequest(models=args.models, seeds=args.seeds, epochs=args.epochs, protocol="paper",
+        request = BenchRequest(models=models, seeds=args.seeds, epochs=args.epochs, protocol="paper",
                                thresholds=(0.4,), **options)
         runs, within, median = clone_share(zoo, request)
-        outcome = run_bench(zoo, request, Path(args.out) / name)
+        outcome = run_bench(zoo, request, out / name)
         print(outcome.markdown, flush=True)
-        document = json.loads((Path(args.out) / name / f"{request.stem(zoo.config)}.json").read_text())
-        rows[name] = {"runs": runs, "within": within, "median": median, "models": document["models"]}
+        (out / name / "clones.json").write_text(json.dumps({"runs": runs, "within": within, "median": median,
+                                                            "results": str(outcome.paths["json"])}))
+    rows = {}
+    for name, *_ in conditions(args.shared, args.per_run):
+        if (out / name / "clones.json").is_file():
+            clones = json.loads((out / name / "clones.json").read_text())
+            rows[name] = {**clones, "models": json.loads(Path(clones["results"]).read_text())["models"]}
     render(rows, args.seeds)
 
 
@@ -94,15 +103,15 @@ def render(rows: dict[str, dict], seeds: int) -> None:
     print("| test runs | " + " | ".join(str(rows[n]["runs"]) for n in names) + " |")
     print("| test runs with a training run within 1% | " + " | ".join(
         f"{100 * rows[n]['within']:.0f}% (median distance {rows[n]['median']:.2f})" for n in names) + " |")
-    models = list(rows[names[0]]["models"])
-    for model in models:
+    for model in MODELS:
         print(f"| {model}, tau | " + " | ".join(interval(rows[n]["models"][model]["columns"]["tau"])
-                                               for n in names) + " |")
+                                               if model in rows[n]["models"] else "not run" for n in names) + " |")
     for a, b in PAIRS:
-        if a not in models or b not in models:
-            continue
         cells = []
         for n in names:
+            if a not in rows[n]["models"] or b not in rows[n]["models"]:
+                cells.append("not run")
+                continue
             d = rows[n]["models"][a]["differences"][b]
             cells.append(interval(d, "+") + (", tied" if d["tied"] else ""))
         print(f"| {a} minus {b} | " + " | ".join(cells) + " |")
