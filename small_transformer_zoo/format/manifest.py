@@ -14,7 +14,7 @@ from typing import Any
 
 from .architecture import ArchitectureSpec
 from ..errors import ZooFormatError
-from .splits import SPLIT_NAMES, SplitRule
+from .splits import SPLIT_NAMES, SplitRule, check_fractions
 
 FORMAT_NAME = "small-transformer-zoo"
 FORMAT_VERSION = 1
@@ -88,6 +88,10 @@ def _check_split_rule(rule: Any, path: str) -> None:
     if not isinstance(fractions, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                   for v in fractions.values()):
         raise ZooFormatError(path, f"field 'splits.fractions' must map split names to numbers, got {_short(fractions)}")
+    try:
+        check_fractions(fractions)
+    except ValueError as exc:
+        raise ZooFormatError(path, f"field 'splits.fractions': {exc}") from None
     varies = rule.get("varies", [])
     if not isinstance(varies, list) or not all(isinstance(v, str) for v in varies):
         raise ZooFormatError(path, f"field 'splits.varies' must be a list of hyperparameter names, got {_short(varies)}")
