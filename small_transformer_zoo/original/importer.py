@@ -79,8 +79,8 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         files_without_row = sum(1 for name in release.checkpoints if name not in listed)
         frozen, spec = _architecture(release, rows[0], columns, csv_where)
         notes = _notes(release, spec, frozen, files_without_row)
-        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "split_by": split_by,
-                "architecture": spec.to_dict()}
+        plan = {"release_csv_sha256": sha256_bytes(csv_bytes), "part_size": part_size, "architecture": spec.to_dict(),
+                **({"split_by": split_by} if split_by != "run" else {})}  # a run split's plan is as it always was
         with exclusive_lock(out_root, config, "stz import-original"):
             work = out_root / config / ".import"
             finished = _finished(out_root / config, work, plan)
