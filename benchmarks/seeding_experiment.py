@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--paper-recipe", action="store_true",
                         help="also train transformer_nfn_paper (50 epochs; about twice the package NFN's time)")
     parser.add_argument("--render", action="store_true", help="train nothing: print the table of what OUT holds")
+    parser.add_argument("--plot", help="also draw each model's tau per condition, with its interval, to this PNG")
     args = parser.parse_args()
     out = Path(args.out)
     models = [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
@@ -94,6 +95,38 @@ def main() -> None:
             clones = json.loads((out / name / "clones.json").read_text())
             rows[name] = {**clones, "models": json.loads(Path(clones["results"]).read_text())["models"]}
     render(rows, args.seeds)
+    if args.plot and rows:
+        print(f"wrote {plot(rows, Path(args.plot))}")
+
+
+def plot(rows: dict[str, dict], path: Path) -> Path:
+    """Tau of every model under every condition, 95% intervals over test runs as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows)
+    models = [m for m in MODELS if any(m in rows[n]["models"] for n in names)]
+    width = 0.8 / len(models)
+    figure, axes = plt.subplots(figsize=(9, 4))
+    for k, model in enumerate(models):
+        cells = [rows[n]["models"].get(model, {}).get("columns", {}).get("tau") for n in names]
+        xs = [i + (k - (len(models) - 1) / 2) * width for i in range(len(names))]
+        est = [c["estimate"] if c and c["estimate"] is not None else float("nan") for c in cells]
+        low = [e - c["low"] if c and c["low"] is not None else 0.0 for e, c in zip(est, cells)]
+        high = [c["high"] - e if c and c["high"] is not None else 0.0 for e, c in zip(est, cells)]
+        axes.bar(xs, est, width, yerr=[low, high], capsize=2, label=model)
+    axes.set_xticks(range(len(names)))
+    axes.set_xticklabels([f"{n}\n({rows[n]['runs']} test runs)" for n in names])
+    axes.set_ylabel("Kendall's tau (95% interval over test runs)")
+    axes.axhline(0, color="black", linewidth=0.5)
+    axes.legend(fontsize=7, ncol=3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
 
 
 def render(rows: dict[str, dict], seeds: int) -> None:
