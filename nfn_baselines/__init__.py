@@ -33,6 +33,9 @@ MOVED = {
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports of an earlier flat path give the module at its new path, with a DeprecationWarning."""
 
+    def __init__(self) -> None:
+        self._specs: dict[str, tuple[Any, Any]] = {}  # old name -> the moved module's own spec and loader
+
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         package, _, old = name.partition(".")
         if package != __name__ or old not in MOVED:
@@ -44,13 +47,12 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         warnings.warn(f"{spec.name} has moved to {new}; the old path goes in the next release", DeprecationWarning,
                       stacklevel=2)
         module = importlib.import_module(new)
-        self._specs = getattr(self, "_specs", {})
         self._specs[spec.name] = (module.__spec__, module.__loader__)
         return module
 
     def exec_module(self, module: ModuleType) -> None:
         """The module ran at its new path; give it back the spec the import system replaced."""
-        for name, (spec, loader) in self._specs.items():
+        for spec, loader in self._specs.values():
             if spec.name == module.__name__:
                 module.__spec__, module.__loader__ = spec, loader
 
