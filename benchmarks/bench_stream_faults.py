@@ -21,7 +21,7 @@ HUB = start_hub()
 from datasets.utils.file_utils import xopen  # noqa: E402
 
 from small_transformer_zoo import Zoo, load_dataset  # noqa: E402
-from small_transformer_zoo.hub.load import streaming_root  # noqa: E402
+from small_transformer_zoo.hub.download import streaming_root  # noqa: E402
 from small_transformer_zoo.hub.locate import ZooLocation  # noqa: E402
 from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo  # noqa: E402
 

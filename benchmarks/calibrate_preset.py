@@ -2,6 +2,7 @@
 reach at their last epoch, overall and per value of every hyperparameter.
 
     python benchmarks/calibrate_preset.py --runs 48 --epochs 8 --train-samples 2400 --batch-size 16
+    python benchmarks/calibrate_preset.py --task agnews --data-dir DIR --carve-from-test --runs 48
 
 The sample is `--runs` runs of the paper's grid chosen as a preset's `selection` chooses them (stratified: every
 value of every hyperparameter), trained exactly as `stz build` trains (one group per core); the projected time
@@ -35,6 +36,9 @@ def summary(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="mnist")
+    parser.add_argument("--data-dir", help="the task's data, as for `stz build --data-dir`")
+    parser.add_argument("--carve-from-test", action="store_true",
+                        help="with test files only: carve train and test out of the test set, as `stz build` does")
     parser.add_argument("--base", default="wide", choices=sorted(PRESETS), help="preset whose other settings apply")
     parser.add_argument("--runs", type=int, default=48)
     parser.add_argument("--epochs", type=int)
@@ -43,12 +47,12 @@ def main() -> None:
     parser.add_argument("--selection", choices=("stratified", "sweep"))
     parser.add_argument("--project", type=int, default=1500, help="runs of the preset the time is projected to")
     args = parser.parse_args()
-    preset = PRESETS[args.base]
+    preset = PRESETS[args.base].for_task(args.task)
     changes = {"epochs": args.epochs, "max_train_samples": args.train_samples, "batch_size": args.batch_size,
                "selection": args.selection}
     preset = replace(preset, **{k: v for k, v in changes.items() if v is not None})
     task = get_task(args.task)
-    data = load_task_data(task, None, preset)
+    data = load_task_data(task, args.data_dir, preset, carve_from_test=args.carve_from_test)
     spec = task.spec(data)
     pick = sweep_sample if preset.selection == "sweep" else stratified_sample
     runs = pick(full_grid(args.task), args.runs)

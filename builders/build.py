@@ -43,8 +43,7 @@ def run_build(request: BuildRequest, *, dry_run: bool = False, progress: bool = 
         f"at epochs {_epoch_list(plan.checkpoint_epochs)} and the best; data: {data.source.get('from')} "
         f"({len(data.train_y)} train, {len(data.validation_y)} validation, {len(data.test_y)} test)")
     if data.source.get("carved_from_test"):
-        log(f"note: {data.source['files']}: the zoo's runs train on samples of the data set's test half "
-            f"(--carve-from-test); its manifest and card say so")
+        log(f"note: {data.source['files']}; the manifest and card say so")
     build.placement = plan_placement(build, free_bytes)
     hours = estimated_hours(cost, build.placement)
     log(f"this {'shard' if request.num_shards > 1 else 'build'}: {cost['runs']} runs, {cost['model_epochs']:,} "

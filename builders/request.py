@@ -51,7 +51,7 @@ class BuildRequest:
         """A request naming the task and preset (checked against their registries)."""
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; presets are {list(PRESETS)}")
-        return cls(get_task(task), PRESETS[preset], Path(out), **options)
+        return cls(get_task(task), PRESETS[preset].for_task(task), Path(out), **options)
 
     @property
     def config(self) -> str:

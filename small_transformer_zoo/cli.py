@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import DataError, ZooFormatError
+from .errors import DataError, ZooFormatError, os_error_text
 from .format.manifest import package_version
 
 
@@ -279,7 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
-    except (DataError, OSError) as exc:
+    except OSError as exc:
+        return _fail(args.command, os_error_text(exc), 1)
+    except DataError as exc:
         return _fail(args.command, exc, 1)
     except ValueError as exc:
         return _fail(args.command, exc, 2)

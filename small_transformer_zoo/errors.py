@@ -3,6 +3,7 @@ the `stz` command maps to exit code 1 (a problem in the data or files it was giv
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,3 +49,33 @@ def hub_errors(what: str, where: str | None = None, then: str = "",
     except (HTTPError, OSError) as exc:
         raise ZooFormatError(where, f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())}){then}") \
             from None
+
+
+_REMEDIES = {
+    errno.ENOSPC: "the disk is full: free space on it, or write somewhere else",
+    errno.EDQUOT: "the disk quota is used up: free space, or write somewhere else",
+    errno.EFBIG: "the file would pass the size this process may write (ulimit -f): raise it, or write less",
+    errno.EIO: "it cannot be read or written (a device or special file, or a failing disk): give a regular file",
+    errno.ENAMETOOLONG: "the name is too long for the file system: choose a shorter one",
+    errno.EACCES: "no permission: choose a folder this user may use",
+    errno.EROFS: "the file system is read-only: write somewhere else",
+}
+
+
+@contextmanager
+def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError inside the block that names no file (a failed read or write on an open handle) is raised again
+    naming `path`, so every error message says which file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+
+
+def os_error_text(exc: OSError) -> str:
+    """One line for an OSError: the file, what went wrong, and what to do where that is known."""
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    remedy = _REMEDIES.get(exc.errno or -1)
+    return f"{where}{exc.strerror or exc}" + (f"; {remedy}" if remedy else "")

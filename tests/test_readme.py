@@ -32,6 +32,26 @@ def test_readme_has_examples_and_the_two_quickstart_commands() -> None:
 def test_readme_example_runs(index: int, readme_dir: Path, hub: HubServer, stz_home: Path,
                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The examples name the quickstart's `mnist-mini` zoo; here they run on the `tiny` one it builds in seconds."""
+    _readme_zoo(readme_dir, hub, monkeypatch)
+    code = EXAMPLES[index].replace('"mnist-mini"', '"mnist-tiny"')
+    exec(compile(code, f"README.md example {index + 1}", "exec"), {"__name__": "__readme__"})
+
+
+@pytest.mark.parametrize("start", ["spawn", "forkserver"])
+def test_the_fast_path_example_runs_in_spawned_workers(start: str, readme_dir: Path, hub: HubServer,
+                                                       stz_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast-path example's DataLoader workers as macOS and Windows start them: the dataset reaches them
+    pickled, by path and file version, and they map the shards again."""
+    _readme_zoo(readme_dir, hub, monkeypatch)
+    (code,) = [e for e in EXAMPLES if "WeightSpaceDataset(weights)" in e]
+    assert "num_workers=2," in code
+    code = code.replace('"mnist-mini"', '"mnist-tiny"').replace(
+        "num_workers=2,", f"num_workers=2, multiprocessing_context={start!r},")
+    exec(compile(code, f"README.md fast path under {start}", "exec"), {"__name__": "__readme__"})
+
+
+def _readme_zoo(readme_dir: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's zoo (as `tiny`), built once, registered and served by the loopback Hub; the cwd is its folder."""
     monkeypatch.chdir(readme_dir)
     if not (readme_dir / "stz-out" / "mnist-tiny" / "zoo.json").exists():
         assert main(["quickstart", "--out", "stz-out", "--preset", "tiny", "--epochs", "2"]) == 0
@@ -39,8 +59,6 @@ def test_readme_example_runs(index: int, readme_dir: Path, hub: HubServer, stz_h
         from small_transformer_zoo.store.local_index import register_local_zoo
         register_local_zoo("mnist-tiny", readme_dir / "stz-out")
     hub.add_dataset(DEFAULT_REPO_ID, readme_dir / "stz-out")
-    code = EXAMPLES[index].replace('"mnist-mini"', '"mnist-tiny"')
-    exec(compile(code, f"README.md example {index + 1}", "exec"), {"__name__": "__readme__"})
 
 
 def _command_lines() -> list[str]:

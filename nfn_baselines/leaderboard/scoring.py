@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from small_transformer_zoo.errors import DataError
+from small_transformer_zoo.errors import DataError, naming_file
 from small_transformer_zoo.format.selection import normalise_where
-from small_transformer_zoo.store.files import atomic_write_bytes
+from small_transformer_zoo.store.files import atomic_write_bytes, shared_file_update
 
 from ..models.metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, RunResamples, defined,
                       paired_difference, percentile_interval, scores)
@@ -147,7 +147,7 @@ def _read_csv(path: Path, handle: BinaryIO, columns: tuple[str, str]) -> tuple[l
 
 def _read_table(path: Path, columns: tuple[str, str]) -> tuple[list[str], list[Any], str]:
     """Raw ids and prediction cells, with a description of where row numbers start."""
-    with _open_submission(path) as handle:
+    with naming_file(path), _open_submission(path) as handle:
         start = handle.read(4)
         handle.seek(0)
         if start == b"PAR1" or path.suffix.lower() == ".parquet":
@@ -348,10 +348,12 @@ def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[
 
 def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, split: str,
                metrics: dict[str, Any], source: str) -> None:
-    """Append (or replace, by name, config, split and target) one entry of the results file."""
+    """Append (or replace, by name, config, split and target) one entry of the results file. The file is read and
+    written back under its lock, so concurrent writers of one results file each keep their entry."""
     path = Path(leaderboard)
-    atomic_write_bytes(path, results_bytes(with_result(load_leaderboard(path), name, config, split, metrics,
-                                                       source)))
+    with shared_file_update(path, f"adding {name!r} to the results"):
+        atomic_write_bytes(path, results_bytes(with_result(load_leaderboard(path), name, config, split, metrics,
+                                                           source)))
 
 
 def entry_target(entry: dict[str, Any]) -> str:

@@ -118,6 +118,20 @@ def _check_descriptions(manifest: dict[str, Any], path: str) -> None:
         raise ZooFormatError(path, f"field 'checkpoint_epochs' is {_short(epochs)}, not a list of epochs and 'best'")
 
 
+NEW_CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def check_new_config_name(name: Any) -> str:
+    """The name of a config about to be written: ASCII letters, digits, '.', '_' and '-', starting with a letter or
+    digit, at most 96 characters, so that every file system, the Hub and `datasets` take it as it is. A name
+    outside the rule is refused before anything is written."""
+    if not isinstance(name, str) or not NEW_CONFIG_NAME.fullmatch(name):
+        shown = name if not isinstance(name, str) or len(name) <= 40 else f"{name[:37]}... ({len(name)} characters)"
+        raise ValueError(f"config name {shown!r}: a new zoo's name is 1 to 96 ASCII letters, digits, '.', '_' or "
+                         f"'-', starting with a letter or digit (e.g. 'mnist-mini')")
+    return name
+
+
 def is_config_name(name: Any) -> bool:
     """A plain folder name, as every config is: not empty, no slash, not hidden."""
     return isinstance(name, str) and bool(name) and "/" not in name and not name.startswith(".")

@@ -91,7 +91,7 @@ def canonical_header(data: bytes) -> bytes:
     per-process order, so without this two identical shards would differ in bytes (and sha256)."""
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])
-    ordered = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    ordered = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     if len(ordered) > length:
         raise ValueError(f"sorted safetensors header is longer ({len(ordered)} bytes) than the original ({length})")
     return data[:8] + ordered.ljust(length, b" ") + data[8 + length :]

@@ -66,6 +66,11 @@ class ZooBuilderConfig(datasets.BuilderConfig):
     verify: str = "once"
     selection: str = Selection().to_json()  # `Selection.to_json` of the rows to read (the cache key holds it)
 
+    def create_config_id(self, config_kwargs: dict, custom_features: Any = None) -> str:
+        """The cache key without `verify`: how a load checks what it reads does not change what the cache holds, so
+        every mode reads, and checks (`hub.cached`), the same cached split."""
+        return super().create_config_id({k: v for k, v in config_kwargs.items() if k != "verify"}, custom_features)
+
 
 class SmallTransformerZoo(datasets.ArrowBasedBuilder):
     """Builder for one zoo config at `root` (a local folder or `hf://datasets/<repo>@<revision>`)."""

@@ -10,28 +10,27 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import datasets
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import HfApi
 
 from ..errors import ZooFormatError, hub_errors
 from ..format.architecture import ArchitectureSpec
-from ..format.manifest import MANIFEST_NAME, load_manifest_text
+from ..format.manifest import MANIFEST_NAME
 from ..format.selection import Selection
-from ..format.shards import check_row_digests
 from ..format.splits import SPLIT_NAMES
 from ..store.configs import choose_config, list_configs
-from ..store.reader import ROW_CHECK_CHUNK, Verify, Zoo
-from ..store.snapshot import manifest_files
+from ..store.reader import Verify, Zoo
 from ..store.verification import check_verify_mode
+from .cached import check_cache
+from .download import CachedZoo, download_zoo, evicting_damaged, fetch_config, streaming_root
 from .hf_builder import builder_for, zoo_features
 from .locate import ZooLocation, locate, resolve_zoo
-from .remote import content_matches
 
 
 def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
@@ -49,7 +48,7 @@ def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, r
         location = replace(location, revision=commit)
     else:
         configs = [location.config]
-    return [CachedZoo.open(_fetch(replace(location, config=c), token), c, verify=verify) for c in configs]
+    return [CachedZoo.open(fetch_config(replace(location, config=c), token), c, verify=verify) for c in configs]
 
 
 def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
@@ -83,104 +82,20 @@ def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, l
     return commit, configs
 
 
-class CachedZoo(Zoo):
-    """A zoo read from the Hugging Face cache (`open_zoo` of a Hub repo): a file that fails its check is removed
-    from the cache, as `load_dataset` does, so the next open downloads it again."""
-
-    def _evicting(self, read: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return read(*args, **kwargs)
-        except ZooFormatError as exc:
-            if evict_from_hub_cache(exc.path, self.dir.parent):
-                raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the next "
-                                               f"open downloads it again") from None
-            raise
-
-    def metadata(self, split: str) -> Any:
-        return self._evicting(super().metadata, split)
-
-    def split_weights(self, split: str, verify: Verify | None = None) -> Any:
-        return self._evicting(super().split_weights, split, verify)
-
-    def extras(self, verify: Verify | None = None) -> Any:
-        return self._evicting(super().extras, verify)
-
-
-def _fetch(location: ZooLocation, token: Any) -> Path:
-    with hub_errors(f"fetching config {location.config!r} from the Hub", location.repo_id):
-        return download_zoo(location, None, token)
-
-
-def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, token: Any = None) -> Path:
-    """Fetch the config's manifest, then only the files it names for `splits` (and its extras), both from the one
-    commit the revision points at; reuse the cache offline. Returns the local root. Every failure is one
-    ZooFormatError naming the repo (offline: that the config is not cached)."""
-    from huggingface_hub import constants
-
-    config, wanted = location.config, splits or SPLIT_NAMES
-    where = f"{location.repo_id}@{location.revision or 'main'}"
-    offline = (f"config {config!r} is not in the local cache and the Hub is offline (HF_HUB_OFFLINE): load it once "
-               f"while online, or unset HF_HUB_OFFLINE") if constants.HF_HUB_OFFLINE else ""
-    with hub_errors(f"fetching config {config!r} from the Hub", where, f"; {offline}" if offline else ""):
-        local = Path(snapshot_download(location.repo_id, repo_type="dataset", revision=location.revision,
-                                       allow_patterns=[f"{config}/{MANIFEST_NAME}"], token=token))
-        manifest_path = local / config / MANIFEST_NAME
-        if not manifest_path.is_file():
-            raise ZooFormatError(where, offline or f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
-        raw = manifest_path.read_bytes()
-        if content_matches(raw, manifest_path.resolve().name) is False:
-            evict_from_hub_cache(str(manifest_path), local)
-            raise ZooFormatError(manifest_path, "does not match its content address (a damaged download); removed "
-                                                "from the Hugging Face cache, so the next load downloads it again")
-        files = manifest_files(load_manifest_text(raw, str(manifest_path)), wanted)
-        snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
-                          allow_patterns=[f"{config}/{path}" for path in files], token=token)
-        missing = [path for path in files if not (local / config / path).is_file()]
-        if missing:
-            raise ZooFormatError(where, (offline.replace(f"config {config!r}", f"{len(missing)} files of config "
-                                                                               f"{config!r}") if offline else
-                                         f"{len(missing)} files its manifest names are not in the repo, first "
-                                         f"{missing[0]}"))
-    return local
-
-
-def evict_from_hub_cache(path: str | None, snapshot: Path) -> bool:
-    """Remove a downloaded file that failed verification from the Hugging Face cache (its snapshot link and its
-    blob), so that a bad download is not served again; True when `path` was in the cache."""
-    if path is None or not Path(path).is_relative_to(snapshot):
-        return False
-    link = Path(path)
-    blob = link.resolve()
-    link.unlink(missing_ok=True)
-    blob.unlink(missing_ok=True)
-    return True
-
-
-def streaming_root(location: ZooLocation, token: Any = None) -> str:
-    """`hf://` root pinned to the commit the revision points at now, so one stream never mixes two commits."""
-    with hub_errors("finding the commit to stream from", f"{location.repo_id}@{location.revision or 'main'}"):
-        sha = HfApi().dataset_info(location.repo_id, revision=location.revision, token=token).sha
-    return f"hf://datasets/{location.repo_id}@{quote(sha or location.revision or 'main', safe='')}"
-
-
 def _no_rows() -> Iterator[dict[str, Any]]:
     yield from ()
 
 
 def _prepare(builder: Any, location: ZooLocation, root: Path) -> None:
-    """`download_and_prepare`, its errors naming the file; a Hub download that fails its check leaves the cache."""
-    try:
+    """`download_and_prepare`, its errors naming the file; a Hub download that fails its check leaves the cache,
+    with every other damaged file of the config."""
+    with evicting_damaged(root if location.kind == "hub" else None, location.config, "load"):
         try:
             builder.download_and_prepare()
         except datasets.exceptions.DatasetGenerationError as exc:
             if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
                 raise exc.__cause__ from None
             raise
-    except ZooFormatError as exc:
-        if location.kind == "hub" and evict_from_hub_cache(exc.path, root):
-            raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache, so the next load "
-                                           f"downloads it again") from None
-        raise
 
 
 def load_dataset(
@@ -208,7 +123,7 @@ def load_dataset(
     (`"train[:10]"`, `"train[:50%]"`, `"train+validation"`), except when streaming. `streaming=True` reads rows
     lazily (local or Hub).
     `verify`: checks of weight shards and rows before use ("once" per file per machine, "always", "never");
-    "always" also checks what the `datasets` cache returns against the zoo's files.
+    the `datasets` cache is checked against the zoo's files ("once": each version of its file, `hub.cached`).
     `where`, `min_accuracy`, `max_accuracy`, `epochs`, `best_only`, `include_diverged`, `distinct`: which
     checkpoints, with the same rule and defaults as `Zoo.select` (`small_transformer_zoo.format.selection`): diverged
     checkpoints and repeated weights are left out unless asked for. The filter runs before any weight is read.
@@ -232,12 +147,12 @@ def load_dataset(
     if streaming:
         out = {name: data for name, data in builder.as_streaming_dataset().items() if name in filled}
     elif filled:
+        started = time.time()
         _prepare(builder, location, Path(root))
         prepared = builder.info.splits
         out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
-        if verify == "always":
-            for name, data in out.items():
-                check_cached_split(data, builder, name)
+        for name, data in out.items():
+            check_cache(data, builder, name, verify, started)
     # `datasets` cannot read a split without rows back; an empty split (or selection) is still a split of the zoo.
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
     for name in wanted:
@@ -281,21 +196,3 @@ def _sliced_indices(split: str, lengths: dict[str, int]) -> list[int]:
         raise ValueError(f"split {split!r}: {exc}") from None
     offsets = dict(zip(lengths, [0, *itertools.accumulate(lengths.values())][:-1]))
     return [offsets[part.splitname] + i for part in absolute for i in range(part.from_, part.to)]
-
-
-def check_cached_split(data: datasets.Dataset, builder: Any, split: str) -> None:
-    """What the `datasets` cache returned for a split against the zoo's files: each row's weights against its
-    digest and every metadata column against the checked metadata (`verify="always"`)."""
-    expected = builder.expected_rows(split)
-    where = f"the datasets cache of {builder.zoo_root}/{builder.config.name}/{split}"
-    if data.num_rows != expected.num_rows:
-        raise ZooFormatError(where, f"holds {data.num_rows} rows, the zoo selects {expected.num_rows}; clear the cache")
-    table = data.data.table
-    for column in expected.column_names:
-        if not table.column(column).equals(expected.column(column)):
-            raise ZooFormatError(where, f"column {column!r} differs from the zoo's metadata; clear the cache")
-    for start in range(0, data.num_rows, ROW_CHECK_CHUNK):
-        chunk = table.slice(start, ROW_CHECK_CHUNK)
-        block = chunk.column("params").combine_chunks().flatten().to_numpy().reshape(chunk.num_rows, -1)
-        check_row_digests(block, chunk.column("params_digest").to_pylist(), chunk.column("checkpoint_id").to_pylist(),
-                          where)

@@ -27,7 +27,7 @@ from ..format.architecture import ArchitectureSpec
 from ..devices import usable_cores
 from ..errors import ZooFormatError
 from ..format.checksums import sha256_bytes
-from ..format.manifest import MANIFEST_NAME, load_manifest
+from ..format.manifest import MANIFEST_NAME, check_new_config_name, load_manifest
 from ..store.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from ..weights.weight_space import pack_state_dict
 from ..store.writer import DEFAULT_SHARD_SIZE, ZooWriter
@@ -66,6 +66,7 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
     `workers`: processes converting parts at once (default: one per usable core, at most one per part);
     `split_by`: "run", or "family" to keep the release's near-clones (one seed for all runs) in one split."""
     out_root = Path(out_root)
+    check_new_config_name(config)
     with open_release(source, task) as release:
         csv_where = release.where(release.csv_member)
         csv_bytes = release.read(release.csv_member, TABLE_LIMIT)

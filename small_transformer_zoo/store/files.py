@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import naming_file
+
 CREATE_MODE = 0o666  # what open() asks for; the process umask takes its share (0644 under the usual 022)
 
 
@@ -43,7 +45,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with naming_file(path), os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), CREATE_MODE & ~_umask())  # mkstemp makes 0600; files are for the team
@@ -131,10 +133,12 @@ _HOLDERS_GUARD = threading.Lock()
 
 
 @contextmanager
-def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> Iterator[None]:
-    """Hold `<folder>/.<name>.lock` exclusively for the block; fail at once, naming the holder, if another process
-    or thread has it (the lock sits beside what it guards, so replacing that folder whole keeps it). The thread
-    that holds it may enter it again: a build holds it while it trains and while its `ZooWriter` writes.
+def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str, wait: float = 0.0) -> Iterator[None]:
+    """Hold `<folder>/.<name>.lock` exclusively for the block. With `wait` 0 (zoo writers) fail at once, naming the
+    holder, if another process or thread has it; else wait up to `wait` seconds for it (writers of a small shared
+    file, who read it again under the lock). The lock sits beside what it guards, so replacing that folder whole
+    keeps it. The thread that holds it may enter it again: a build holds it while it trains and while its
+    `ZooWriter` writes.
 
     An advisory `flock`: released by the kernel when the holder exits, however it exits, so a killed writer never
     leaves a stale lock. The file keeps who holds it (pid, host, purpose, start) for the message.
@@ -148,26 +152,51 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str) -> I
     if holder == me:  # this thread holds it already, e.g. a build's writer under the build's lock
         yield
         return
-    if holder is not None:
-        raise LockedError(f"{folder / name} is being written by another thread of this process; wait for it or "
-                          f"choose another folder")
+    deadline = time.monotonic() + wait
     with _open_lock_file(path) as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder_text = handle.read().strip() or "another process"
-            raise LockedError(f"{folder / name} is being written by {holder_text}; wait for it or choose another "
-                              f"folder") from None
+        while True:
+            busy = _try_lock(handle, key, me)
+            if busy is None:
+                break
+            if time.monotonic() >= deadline:
+                waited = f" (waited {wait:g} s)" if wait else ""
+                raise LockedError(f"{folder / name} is being written by {busy}{waited}; wait for it or choose "
+                                  f"another folder")
+            time.sleep(0.02)
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} ({purpose}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
-        with _HOLDERS_GUARD:
-            _HOLDERS[key] = me
         try:
             yield
         finally:
             with _HOLDERS_GUARD:
                 del _HOLDERS[key]
+
+
+SHARED_FILE_WAIT = 120.0  # seconds a writer of a small shared file waits for another writer of it
+
+
+def _try_lock(handle: Any, key: str, me: int) -> str | None:
+    """Take the lock for this thread; None when taken, else who holds it."""
+    with _HOLDERS_GUARD:
+        if key in _HOLDERS:
+            return "another thread of this process"
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            return handle.read().strip() or "another process"
+        _HOLDERS[key] = me
+        return None
+
+
+@contextmanager
+def shared_file_update(path: str | os.PathLike[str], purpose: str) -> Iterator[None]:
+    """Hold the lock of a small file that several processes update (a results file, the registry of local zoos),
+    waiting for another writer: read it, change it and write it back inside the block, so no writer's update is
+    lost."""
+    path = Path(path)
+    with exclusive_lock(path.parent, path.name, purpose, wait=SHARED_FILE_WAIT):
+        yield

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from .files import atomic_write_json, stz_home
+from .files import atomic_write_json, shared_file_update, stz_home
 from ..format.manifest import MANIFEST_NAME
 
 
@@ -37,10 +37,11 @@ def _read() -> dict[str, str]:
 def register_local_zoo(config: str, root: str | os.PathLike[str]) -> Path | None:
     """Let the short name's `config` mean the zoo under `root`; returns the root it meant before (None: none, or
     the same)."""
-    entries = _read()
-    before = entries.get(config)
-    entries[config] = str(Path(root).resolve())
-    atomic_write_json(_registry_path(), entries)
+    with shared_file_update(_registry_path(), f"registering {config}"):
+        entries = _read()
+        before = entries.get(config)
+        entries[config] = str(Path(root).resolve())
+        atomic_write_json(_registry_path(), entries)
     return None if before in (None, entries[config]) else Path(before)
 
 

@@ -38,11 +38,16 @@ class ShardWatch:
     later, when copied out; a file written to meanwhile (its size, mtime or ctime changed) could reach them, so
     every row copied out after any shard changed is checked against its digest before it is handed out."""
 
-    def __init__(self, handles: list[Any], digests: list[str], ids: list[str], where: str) -> None:
+    def __init__(self, handles: list[Any], digests: list[str], ids: list[str], where: str,
+                 versions: list[tuple[int, ...]] | None = None) -> None:
+        """`versions`: the files' versions when their rows were verified (default: as the handles are now)."""
         self._fds = [os.dup(h.fileno()) for h in handles]
-        self._versions = [file_version(os.fstat(fd)) for fd in self._fds]
+        self._versions = versions or [file_version(os.fstat(fd)) for fd in self._fds]
         self._digests, self._ids, self._where = digests, ids, where
         weakref.finalize(self, _close_all, list(self._fds))
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a ShardWatch holds open files: pickle the SplitWeights that owns it, which reopens them")
 
     def changed(self) -> bool:
         return any(file_version(os.fstat(fd)) != v for fd, v in zip(self._fds, self._versions))
@@ -52,6 +57,33 @@ class ShardWatch:
         if len(indices) and self.changed():
             check_row_digests(block.numpy(), [self._digests[i] for i in indices], [self._ids[i] for i in indices],
                               f"{self._where} (a shard changed after it was verified)")
+
+
+@dataclass(frozen=True)
+class MappedShard:
+    """Where a mapped shard matrix lies, so a copy of `SplitWeights` in another process maps the same file again:
+    the path, the matrix's byte offset and shape, and the file's version when it was verified."""
+
+    path: str
+    data_start: int
+    rows: int
+    n_params: int
+    version: tuple[int, ...]
+
+    def open(self) -> tuple[BinaryIO, torch.Tensor]:
+        """The file, opened again, and its matrix mapped from that very handle."""
+        try:
+            handle = open(self.path, "rb")
+        except OSError as exc:
+            raise ZooFormatError(self.path, f"cannot be opened again in this process ({exc.strerror}); the zoo "
+                                            f"moved or was removed after it was opened") from None
+        if self.rows == 0:
+            return handle, torch.empty(0, self.n_params)
+        if os.fstat(handle.fileno()).st_size < self.data_start + self.rows * self.n_params * 4:
+            handle.close()
+            raise ZooFormatError(self.path, "is shorter than when it was verified: it was truncated or replaced")
+        array = np.memmap(handle, dtype=np.float32, mode="c", offset=self.data_start, shape=(self.rows, self.n_params))
+        return handle, torch.from_numpy(array)
 
 
 def _close_all(fds: list[int]) -> None:
@@ -74,9 +106,38 @@ class SplitWeights:
     withheld: tuple[str, ...] = ()
     where: str = ""
     watch: ShardWatch | None = None
+    sources: tuple[MappedShard, ...] = ()  # the files `shards` map, for pickling
 
     def __len__(self) -> int:
         return self.metadata.num_rows
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled by path and file version, never by open file or mapped bytes: a worker process (spawn,
+        forkserver) maps the shards again, and if any file differs from the version verified here, every row it
+        copies out is checked against its digest."""
+        if not self.sources:
+            return dict(self.__dict__)
+        state = {k: v for k, v in self.__dict__.items() if k not in ("shards", "watch")}
+        if self.watch is not None:
+            state["watch_rows"] = (self.watch._digests, self.watch._ids, self.watch._where)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        watch_rows = state.pop("watch_rows", None)
+        self.__dict__.update(state)
+        if "shards" in state:
+            return
+        handles, self.shards = [], []
+        try:
+            for source in self.sources:
+                handle, tensor = source.open()
+                handles.append(handle)
+                self.shards.append(tensor)
+            self.watch = None if watch_rows is None else ShardWatch(handles, *watch_rows,
+                                                                    [s.version for s in self.sources])
+        finally:
+            for handle in handles:
+                handle.close()
 
     def rows(self, indices: Iterable[int] | np.ndarray) -> torch.Tensor:
         """Packed weights of the given metadata rows, [len(indices), n_params] (a copy)."""
@@ -231,7 +292,8 @@ class Zoo:
         self._check_split(split)
         return [s["path"] for s in self.manifest["shards"] if s["split"] == split]
 
-    def _open_shard(self, relpath: str, verify: Verify, map_rows: bool = False) -> tuple[Any, torch.Tensor | None]:
+    def _open_shard(self, relpath: str, verify: Verify,
+                    map_rows: bool = False) -> tuple[Any, torch.Tensor | None, MappedShard]:
         """A shard's open file, checked (size, per `verify` its sha256, its header) through that one handle, and
         with `map_rows` its matrix memory-mapped: what is checked is what is mapped, even if the path is replaced
         meanwhile."""
@@ -239,7 +301,9 @@ class Zoo:
         with self._snapshot.open(relpath, "weight shard") as handle:
             check_open_file(handle, path, info["bytes"], info["sha256"], verify)
             header = read_checked_header(handle, info, self._layout, path)
-            return handle, memmap_shard(handle, header) if map_rows else None
+            source = MappedShard(str(Path(path).resolve()), header.data_start, header.rows, header.n_params,
+                                 file_version(os.fstat(handle.fileno())))
+            return handle, memmap_shard(handle, header) if map_rows else None, source
 
     def split_weights(self, split: str, verify: Verify | None = None) -> SplitWeights:
         """The fast path: the split's shards memory-mapped, rows in metadata order, after the checks of every read
@@ -251,17 +315,18 @@ class Zoo:
         """
         verify = check_verify_mode(verify or self.verify_mode)
         table = self.metadata(split)
-        handles, tensors, offsets, total = [], [], {}, 0
+        handles, tensors, sources, offsets, total = [], [], [], {}, 0
         for relpath in self.shard_paths(split):
-            handle, tensor = self._open_shard(relpath, verify, map_rows=True)
+            handle, tensor, source = self._open_shard(relpath, verify, map_rows=True)
             handles.append(handle)
             tensors.append(tensor)
+            sources.append(source)
             offsets[relpath] = total
             total += tensor.shape[0]
         base = np.array([offsets[s] for s in table.column("shard").to_pylist()], dtype=np.int64)
         where = f"{self.dir}/{split}"
         weights = SplitWeights(self.spec, tensors, table, base + table.column("row").to_numpy(), self.withheld(split),
-                               where)
+                               where, sources=tuple(sources))
         if verify != "never":
             digests, ids = table.column("params_digest").to_pylist(), table.column("checkpoint_id").to_pylist()
             content = [self.manifest["metadata"][split]["sha256"]] + [self._shard_info[p]["sha256"]

@@ -30,14 +30,19 @@ def _fingerprint(path: Path, st: os.stat_result, sha256: str) -> str:
     return f"{path.resolve()}\n{st.st_size}\n{st.st_mtime_ns}\n{st.st_ctime_ns}\n{st.st_ino}\n{sha256}\n"
 
 
-def _is_stamped(path: Path, st: os.stat_result, sha256: str) -> bool:
+def is_stamped(path: str | os.PathLike[str], st: os.stat_result, sha256: str) -> bool:
+    """Whether this version of the file (`st`) was checked against `sha256` (a digest, or another key of what
+    was checked) on this machine."""
+    path = Path(path)
     try:
         return _stamp_path(path).read_text() == _fingerprint(path, st, sha256)
     except OSError:
         return False
 
 
-def _stamp(path: Path, st: os.stat_result, sha256: str) -> None:
+def stamp(path: str | os.PathLike[str], st: os.stat_result, sha256: str) -> None:
+    """Record that this version of the file was checked against `sha256`."""
+    path = Path(path)
     try:
         atomic_write_bytes(_stamp_path(path), _fingerprint(path, st, sha256).encode())
     except OSError:
@@ -65,11 +70,11 @@ def check_open_file(handle: BinaryIO, path: str | os.PathLike[str], size: int, s
     path = Path(path)
     st = os.fstat(handle.fileno())
     check_size(st.st_size, size, path)
-    if mode == "always" or (mode == "once" and not _is_stamped(path, st, sha256)):
+    if mode == "always" or (mode == "once" and not is_stamped(path, st, sha256)):
         handle.seek(0)
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
         check_sha256(digest, sha256, path)
-        _stamp(path, st, digest)
+        stamp(path, st, digest)
     handle.seek(0)
 
 

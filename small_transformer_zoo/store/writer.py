@@ -23,7 +23,7 @@ from safetensors.numpy import save as safetensors_save
 from ..format.architecture import ArchitectureSpec
 from ..format.checksums import sha256_bytes
 from .files import atomic_write_bytes, atomic_write_json, check_real_folders, exclusive_lock
-from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, is_config_name
+from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, check_new_config_name
 from ..format.metadata import build_table, normalise_row
 from .local_index import register_local_zoo
 from .card import write_root_card
@@ -59,8 +59,7 @@ class ZooWriter:
         overwrite: bool = False,
         register: bool = True,
     ) -> None:
-        if not is_config_name(config):
-            raise ValueError(f"config name {config!r} must be a plain folder name")
+        check_new_config_name(config)
         if shard_size < 1:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
         self.split_rule = SplitRule(split_by, fractions, split_salt)
