@@ -1,6 +1,6 @@
 """A census of damage: what each read path returns for a zoo damaged at random, or edited to look consistent.
 
-    python benchmarks/reliability_census.py [--flips 1000] [--seed 0]
+    python benchmarks/reliability_census.py [--flips 1000] [--seed 0] [--parts 1 2 3 4 5]
 
 Part 1 flips one bit at a random place of a random file that a read of the train split uses (the manifest, the
 train metadata, one of the train shards). Part 2 replaces each field of the manifest, in turn, by each of a list of
@@ -16,7 +16,9 @@ NUL in a path, a shard or manifest that is a link out of the zoo, a FIFO where a
 the wrong type; each on the three read paths and `stz verify`. Part 4 runs the attacks on writers, the importer and
 the leaderboard (links, FIFOs, tensors of other types, a zip bomb, a changed source, paths with spaces, constant
 predictions, a public split, inputs that decode to gigabytes): each must be refused with a clear error, or done
-without harm; anything else is listed.
+without harm; anything else is listed. Part 5 (`census_shared.py`): concurrent writers of every shared file, a
+damaged `datasets` cache under each verify mode, a split's weights in DataLoader workers per start method, and
+names the store cannot hold.
 """
 
 from __future__ import annotations
@@ -271,6 +273,11 @@ def main() -> None:
     parser.add_argument("--flips", type=int, default=1000, help="cases of part 1, one flipped bit each "
                                                                 "(default: 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the places and bits (default: 0)")
+    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4, 5], choices=range(1, 6),
+                        help="which parts to run (default: all)")
+    parser.add_argument("--cache-flips", type=int, default=20,
+                        help="part 5: flipped bits in the datasets cache per verify mode (default: 20)")
+    parser.add_argument("--trials", type=int, default=4, help="part 5: trials of concurrent writers (default: 4)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -278,64 +285,73 @@ def main() -> None:
     write_synthetic_zoo(pristine, "syn", runs=24, shard_size=10, register=False)
     intact = read_train(pristine, "fast path")
 
-    rng, counts, listed = random.Random(args.seed), collections.Counter(), []
-    for case in tqdm(range(args.flips), desc="part 1: flipped bits", unit="case"):
-        path = PATHS[case % len(PATHS)]
-        what, result = run_case(pristine, path, flip_a_bit(rng), intact)
-        counts[(what, path, result)] += 1
-        if result not in ("intact data", "clear error"):
-            listed.append(f"{what}, {path}: {result}")
-    print_table(f"Part 1: {args.flips} cases (seed {args.seed}), one flipped bit each", counts,
-                ["manifest", "metadata", "shard"], listed)
+    if 1 in args.parts:
+        rng, counts, listed = random.Random(args.seed), collections.Counter(), []
+        for case in tqdm(range(args.flips), desc="part 1: flipped bits", unit="case"):
+            path = PATHS[case % len(PATHS)]
+            what, result = run_case(pristine, path, flip_a_bit(rng), intact)
+            counts[(what, path, result)] += 1
+            if result not in ("intact data", "clear error"):
+                listed.append(f"{what}, {path}: {result}")
+        print_table(f"Part 1: {args.flips} cases (seed {args.seed}), one flipped bit each", counts,
+                    ["manifest", "metadata", "shard"], listed)
 
-    manifest = json.loads((pristine / "syn" / "zoo.json").read_text())
-    fields = list(manifest_fields(manifest))
-    counts, listed = collections.Counter(), []
-    cases = [(f, w) for f in fields for w in WRONG_VALUES]
-    for index, (field, wrong) in enumerate(tqdm(cases, desc="part 2: wrong manifest values", unit="case")):
-        path = PATHS[index % len(PATHS)]
-        what, result = run_case(pristine, path, replace_field(field, wrong), intact)
-        counts[("manifest", path, result)] += 1
-        if result not in ("intact data", "clear error"):
-            listed.append(f"{what} = {wrong!r}, {path}: {result}")
-    print_table(f"Part 2: {len(fields)} manifest fields x {len(WRONG_VALUES)} wrong values", counts, ["manifest"],
-                listed)
+    if 2 in args.parts:
+        manifest = json.loads((pristine / "syn" / "zoo.json").read_text())
+        fields = list(manifest_fields(manifest))
+        counts, listed = collections.Counter(), []
+        cases = [(f, w) for f in fields for w in WRONG_VALUES]
+        for index, (field, wrong) in enumerate(tqdm(cases, desc="part 2: wrong manifest values", unit="case")):
+            path = PATHS[index % len(PATHS)]
+            what, result = run_case(pristine, path, replace_field(field, wrong), intact)
+            counts[("manifest", path, result)] += 1
+            if result not in ("intact data", "clear error"):
+                listed.append(f"{what} = {wrong!r}, {path}: {result}")
+        print_table(f"Part 2: {len(fields)} manifest fields x {len(WRONG_VALUES)} wrong values", counts, ["manifest"],
+                    listed)
 
-    counts, listed = collections.Counter(), []
-    cases = [(name, damage, None) for name, damage in CONSISTENT_EDITS.items()]
-    cases += [(f"where {name}", lambda config_dir: "filter", where) for name, where in BAD_FILTERS.items()]
-    for name, damage, where in tqdm(cases, desc="part 3: consistent edits and bad filters", unit="edit"):
-        for path in CONSISTENT_PATHS if where is None else PATHS:
-            _, result = run_case(pristine, path, damage, intact, where)
-            counts[(name, path, result)] += 1
-            if result not in ("clear error",):
-                listed.append(f"{name}, {path}: {result}")
-    print_table(f"Part 3: {len(CONSISTENT_EDITS)} consistent but wrong edits (on {len(CONSISTENT_PATHS)} paths) and "
-                f"{len(BAD_FILTERS)} filters of the wrong type (on {len(PATHS)} paths)", counts, [c[0] for c in cases],
-                listed, CONSISTENT_PATHS)
+    if 3 in args.parts:
+        counts, listed = collections.Counter(), []
+        cases = [(name, damage, None) for name, damage in CONSISTENT_EDITS.items()]
+        cases += [(f"where {name}", lambda config_dir: "filter", where) for name, where in BAD_FILTERS.items()]
+        for name, damage, where in tqdm(cases, desc="part 3: consistent edits and bad filters", unit="edit"):
+            for path in CONSISTENT_PATHS if where is None else PATHS:
+                _, result = run_case(pristine, path, damage, intact, where)
+                counts[(name, path, result)] += 1
+                if result not in ("clear error",):
+                    listed.append(f"{name}, {path}: {result}")
+        print_table(f"Part 3: {len(CONSISTENT_EDITS)} consistent but wrong edits (on {len(CONSISTENT_PATHS)} paths) and "
+                    f"{len(BAD_FILTERS)} filters of the wrong type (on {len(PATHS)} paths)", counts, [c[0] for c in cases],
+                    listed, CONSISTENT_PATHS)
 
-    from census_attacks import ATTACKS
+    if 4 in args.parts:
+        from census_attacks import ATTACKS
 
-    results = collections.Counter()
-    listed = []
-    for name, attack in tqdm(ATTACKS.items(), desc="part 4: writers, importer, leaderboard", unit="attack"):
-        work = WORK / uuid.uuid4().hex
-        work.mkdir()
-        try:
-            result = attack(work, pristine)
-        except Exception as exc:  # noqa: BLE001 - what this census looks for
-            result = f"other ({type(exc).__name__}: {' '.join(str(exc).split())[:100]})"
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        kind = next((k for k in ("refused, clear error", "done, no harm") if result.startswith(k)), "other")
-        results[kind] += 1
-        print(f"  {name:<74} {result}")
-        if kind == "other":
-            listed.append(f"{name}: {result}")
-    print(f"Part 4: {len(ATTACKS)} attacks: " + ", ".join(f"{n} {r}" for r, n in sorted(results.items())))
-    print(f"harmful, silently wrong or another error: {len(listed)}")
-    for line in listed:
-        print("  " + line)
+        results = collections.Counter()
+        listed = []
+        for name, attack in tqdm(ATTACKS.items(), desc="part 4: writers, importer, leaderboard", unit="attack"):
+            work = WORK / uuid.uuid4().hex
+            work.mkdir()
+            try:
+                result = attack(work, pristine)
+            except Exception as exc:  # noqa: BLE001 - what this census looks for
+                result = f"other ({type(exc).__name__}: {' '.join(str(exc).split())[:100]})"
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            kind = next((k for k in ("refused, clear error", "done, no harm") if result.startswith(k)), "other")
+            results[kind] += 1
+            print(f"  {name:<74} {result}")
+            if kind == "other":
+                listed.append(f"{name}: {result}")
+        print(f"Part 4: {len(ATTACKS)} attacks: " + ", ".join(f"{n} {r}" for r, n in sorted(results.items())))
+        print(f"harmful, silently wrong or another error: {len(listed)}")
+        for line in listed:
+            print("  " + line)
+
+    if 5 in args.parts:
+        from census_shared import run
+
+        run(pristine, WORK / "part5", args.cache_flips, args.trials, args.seed)
 
 
 if __name__ == "__main__":

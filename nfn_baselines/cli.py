@@ -40,7 +40,7 @@ def _bench(args: argparse.Namespace) -> int:
         tune=args.tune, resplit=args.resplit, train_runs=args.train_runs, thresholds=tuple(args.thresholds),
         device=args.device, jobs=args.jobs, resamples=args.resamples,
         bootstrap_seed=args.bootstrap_seed, split_by=args.split_by, randomize=args.randomize,
-        settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
+        floors=not args.no_floors, settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
                                     ("patience", args.patience)) if v is not None})
     zoo = _bench_zoo(args)
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else
@@ -236,7 +236,10 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                             "split, stored in the results JSON), canonical forms, or both (default: none)")
     bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
                        metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
-                                         f"{' '.join(default_predictors())})")
+                                         f"{' '.join(default_predictors())}); the floors join any list")
+    bench.add_argument("--no-floors", action="store_true",
+                       help="leave the reference rows (the floors: l2_norm, epoch, hyperparameters, nearest_run) out "
+                            "of a table of named --models")
     bench.add_argument("--recipe", choices=("package", "paper"), default="package",
                        help="Transformer-NFN's recipe: package (means, the package's heads, --epochs) or paper (the "
                             "authors' model and training, term by term: the transformer_nfn_paper predictor in place "

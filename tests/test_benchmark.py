@@ -326,3 +326,26 @@ def test_a_bench_request_resolves_its_device_and_counts_its_fits() -> None:
     assert request.fit_count() == 2 * 3 * 2
     assert BenchRequest(models=["statnn"], ablation="components").fit_count() == 1 + 6
     assert BenchRequest().fit_count() == len(model_specs())
+
+
+def test_the_floors_join_named_models_unless_left_out() -> None:
+    from nfn_baselines.bench.runs import BenchRequest
+    from nfn_baselines.models.predictors import floor_predictors
+
+    assert set(floor_predictors()) >= {"l2_norm", "epoch", "hyperparameters", "nearest_run"}
+    joined = BenchRequest(models=["statnn", "epoch"], floors=True).models
+    assert joined == ["statnn", "epoch", *(f for f in floor_predictors() if f != "epoch")]
+    assert BenchRequest(models=["statnn"]).models == ["statnn"]
+
+
+def test_stz_bench_tables_carry_the_floors(learnable_zoo: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from small_transformer_zoo.cli import main
+
+    common = ["bench", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--resamples", "100"]
+    assert main([*common, "--models", "mlp", "--epochs", "1", "--out", str(tmp_path / "a")]) == 0
+    table = capsys.readouterr().out
+    assert all(f"| {floor}" in table for floor in ("l2_norm", "epoch", "hyperparameters", "nearest_run"))
+    assert main([*common, "--models", "lightgbm", "--no-floors", "--out", str(tmp_path / "b")]) == 0
+    table = capsys.readouterr().out
+    assert "| lightgbm" in table and "| l2_norm" not in table and "| nearest_run" not in table

@@ -146,3 +146,16 @@ def test_a_leaderboard_repo_is_made_by_one_command(hub: HubServer, capsys: pytes
     assert "no results yet" in capsys.readouterr().out
     assert main(["leaderboard", "init", repo_id]) == 1, "an existing leaderboard is never overwritten"
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_mistyped_config_through_the_short_name_suggests_the_registered_one(synthetic_root: Path,
+                                                                                stz_home: Path) -> None:
+    from small_transformer_zoo.store.local_index import register_local_zoo
+
+    register_local_zoo("syn", synthetic_root)
+    for read in (lambda: load_dataset("small-transformer-zoo", "sny", split="train"),
+                 lambda: open_zoo("small-transformer-zoo", "sny")):
+        with pytest.raises(ZooFormatError, match=r"'sny' is not registered on this machine \(registered: \['syn'\]\)"
+                                                 r".*did you mean 'syn'\?"):
+            read()
+    assert len(load_dataset("small-transformer-zoo", "syn", split="train")) > 0

@@ -180,3 +180,23 @@ def test_a_stored_selection_that_is_not_one_is_a_clear_error(stored: list, messa
 
     with pytest.raises(ValueError, match=message):
         where_of(stored)
+
+
+@pytest.mark.parametrize("where", [{"optimizer": "adamw"}, {"optimizer": ["adam", "Adam"]}, {"split": "tset"}])
+def test_a_value_outside_a_known_set_is_an_error(synthetic_root: Path, where: dict) -> None:
+    """`optimizer` and `split` hold one of a known set: any other value would silently select nothing."""
+    zoo = Zoo.open(synthetic_root, "syn")
+    with pytest.raises(ValueError, match=r"unknown value .*holds one of \["):
+        zoo.select("train", where=where)
+    with pytest.raises(ValueError, match=r"unknown value .*holds one of \["):
+        load_dataset(str(synthetic_root), "syn", split="train", where=where)
+
+
+def test_stz_bench_where_with_an_unknown_optimizer_is_one_line(synthetic_root: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from small_transformer_zoo.cli import main
+
+    code = main(["bench", str(synthetic_root), "--config", "syn", "--models", "statnn", "--where", "optimizer=adamw"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "'adamw'" in err and "sgd_momentum" in err

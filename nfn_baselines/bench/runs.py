@@ -21,7 +21,7 @@ from .data import load_bench_data
 from .resume import FitStore
 from .benchmark import BenchResult, model_specs, run_benchmark
 from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
-from ..models.predictors import get_predictor
+from ..models.predictors import floor_predictors, get_predictor
 from .report import Report, plot_predictions, render_markdown, report_json, score
 from .submission import write_submission
 
@@ -51,9 +51,12 @@ class BenchRequest:
     settings: dict[str, Any] = field(default_factory=dict)  # head_dropout, weight_decay, patience overrides
     split_by: str | None = None      # "run" or "family": split the runs again with this unit (None: the zoo's own)
     randomize: str | None = None     # a symmetry group whose random elements move every checkpoint first
+    floors: bool = False             # the reference rows (kind "floor") join named models (`stz bench` unless --no-floors)
 
     def __post_init__(self) -> None:
         self.device = str(resolve_device(self.device))
+        if self.models is not None and self.floors:
+            self.models = [*self.models, *(f for f in floor_predictors() if f not in self.models)]
 
     def fit_count(self) -> int:
         """The (model, condition) fits the run trains: every model row on every condition of every split."""

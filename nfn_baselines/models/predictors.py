@@ -82,6 +82,11 @@ def default_predictors() -> list[str]:
     return [name for name, p in PREDICTORS.items() if p.default]
 
 
+def floor_predictors() -> list[str]:
+    """The reference rows every table carries (`stz bench --no-floors` leaves them out)."""
+    return [name for name, p in PREDICTORS.items() if p.kind == "floor" and p.default]
+
+
 def _transformer_nfn(statistics: bool) -> Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.Module]:
     def build(spec: ArchitectureSpec, s: Mapping[str, Any], outputs: int) -> nn.Module:
         from .model import TransformerNFN

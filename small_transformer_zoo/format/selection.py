@@ -7,7 +7,8 @@ in the same order, whichever way a zoo is read. A selection runs on the metadata
 - `where`, per metadata column: a value (equality), a `(low, high)` tuple (inclusive, None for an open end), a list
   or set (membership), or None (the rows where the column is null). Nulls never match anything else. Values must
   have the column's type: a whole number for an integer column (`epoch`, `seed`, `row`; a float is refused, never
-  rounded), True/False for a boolean column, text for a text column, a number for a float column.
+  rounded), True/False for a boolean column, text for a text column, a number for a float column. A value of
+  `optimizer` or `split` outside the set those columns hold is an error (it would select nothing).
 - `min_accuracy`/`max_accuracy` (test accuracy, inclusive), `epochs` and `best_only` are shorthands for conditions
   on `test_accuracy`, `epoch` and `is_best`.
 - Diverged checkpoints (`diverged`, whose metrics mean nothing) are left out unless `include_diverged=True`.
@@ -30,7 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import LabelsWithheldError
-from .metadata import COLUMNS, METADATA_SCHEMA
+from .metadata import COLUMNS, METADATA_SCHEMA, OPTIMIZERS
+from .splits import SPLIT_NAMES
+
+# Text columns whose every value is one of a known set: any other value would select nothing, so it is an error.
+KNOWN_VALUES = {"optimizer": OPTIMIZERS, "split": SPLIT_NAMES}
 
 Condition = tuple[str, str, Any]  # (column, "eq" | "range" | "in" | "null", value)
 
@@ -58,6 +63,9 @@ def _check_value(column: str, value: Any) -> Any:
         article = "an" if kind == "integer" else "a"
         raise ValueError(f"where[{column!r}]: {value!r} ({type(value).__name__}) is not {article} {kind}; column "
                          f"{column!r} holds {kind}s ({METADATA_SCHEMA.field(column).type})")
+    known = KNOWN_VALUES.get(column)
+    if known is not None and value not in known:
+        raise ValueError(f"where[{column!r}]: unknown value {value!r}; column {column!r} holds one of {list(known)}")
     return value.item() if isinstance(value, np.generic) else value
 
 

@@ -48,7 +48,8 @@ def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, r
         location = replace(location, revision=commit)
     else:
         configs = [location.config]
-    return [CachedZoo.open(fetch_config(replace(location, config=c), token), c, verify=verify) for c in configs]
+    with location.hinting():
+        return [CachedZoo.open(fetch_config(replace(location, config=c), token), c, verify=verify) for c in configs]
 
 
 def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
@@ -136,7 +137,8 @@ def load_dataset(
     splits = _split_names(split, streaming)
     location = resolve_zoo(name_or_path, config, revision)
     if location.kind == "hub":
-        root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
+        with location.hinting():
+            root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
     else:
         root = str(Path(location.root).resolve())  # `datasets` reads relative paths against the root again
     builder = builder_for(root, location.config, splits=splits, verify=verify, cache_dir=cache_dir, token=token,

@@ -4,8 +4,11 @@ Nothing is downloaded here."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -13,7 +16,7 @@ from typing import Literal
 from ..errors import ZooFormatError
 from ..format.manifest import MANIFEST_NAME
 from ..store.configs import choose_config, list_configs
-from ..store.local_index import SHORT_NAME, default_repo_id, find_local_zoo
+from ..store.local_index import SHORT_NAME, default_repo_id, find_local_zoo, registered_configs
 
 HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
@@ -28,6 +31,17 @@ class ZooLocation:
     config: str | None
     repo_id: str | None = None
     revision: str | None = None
+    hint: str = ""  # for the short name read from the Hub: the configs registered here, and the closest one
+
+    @contextmanager
+    def hinting(self) -> Iterator[None]:
+        """A failure to read the zoo inside the block also says what `hint` says."""
+        try:
+            yield
+        except ZooFormatError as exc:
+            if not self.hint:
+                raise
+            raise ZooFormatError(exc.path, f"{exc.problem}; {self.hint}") from None
 
 
 def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
@@ -54,10 +68,25 @@ def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
         local = find_local_zoo(config) if revision is None else None
         if local is not None:
             return ZooLocation("local", str(local), config)
-        text = default_repo_id()
+        repo_id = default_repo_id()
+        return ZooLocation("hub", f"hf://datasets/{repo_id}", config, repo_id, revision,
+                           _registered_hint(config, repo_id))
     if not HUB_REPO_ID.fullmatch(text):
         raise ZooFormatError(text, "no such folder, and not a Hub dataset repo id of the form 'owner/name'")
     return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
+
+
+def _registered_hint(config: str, repo_id: str) -> str:
+    """What the short name would have found here: the configs registered on this machine and the closest to
+    `config`, for an error about reading `config` from the Hub repo `repo_id` instead."""
+    registered = registered_configs()
+    if not registered:
+        return (f"config {config!r} is not registered on this machine (none is: `stz build` and `stz register` "
+                f"register zoos), so the short name read it from the Hub repo {repo_id!r}")
+    close = difflib.get_close_matches(config, registered, n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"config {config!r} is not registered on this machine (registered: {registered}), so the short name "
+            f"read it from the Hub repo {repo_id!r}{suggestion}")
 
 
 def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,

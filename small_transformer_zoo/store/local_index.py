@@ -45,6 +45,11 @@ def register_local_zoo(config: str, root: str | os.PathLike[str]) -> Path | None
     return None if before in (None, entries[config]) else Path(before)
 
 
+def registered_configs() -> list[str]:
+    """The configs registered on this machine whose zoo still exists, sorted."""
+    return sorted(config for config in _read() if find_local_zoo(config) is not None)
+
+
 def find_local_zoo(config: str) -> Path | None:
     """The root of a zoo config built here, if it still exists."""
     root = _read().get(config)
