@@ -2,6 +2,7 @@
 table carries intervals over test runs and run counts, the floors are in it, and the protocols and targets hold."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -349,3 +350,25 @@ def test_stz_bench_tables_carry_the_floors(learnable_zoo: Path, tmp_path: Path,
     assert main([*common, "--models", "lightgbm", "--no-floors", "--out", str(tmp_path / "b")]) == 0
     table = capsys.readouterr().out
     assert "| lightgbm" in table and "| l2_norm" not in table and "| nearest_run" not in table
+
+
+def test_a_table_says_what_it_cannot_support(learnable_zoo: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A threshold column resting on fewer than 10 test runs prints "too few runs (n)"; a one-seed table says
+    so and has no seed-spread column; the best model is not in its own tied list."""
+    from small_transformer_zoo import Zoo
+    from small_transformer_zoo.cli import main
+
+    test = Zoo.open(learnable_zoo, "learnable").metadata("test").to_pandas()
+    best_of_run = test.groupby("run_id")["test_accuracy"].max().sort_values(ascending=False)
+    threshold = float(best_of_run.iloc[4])
+    runs = int((best_of_run >= threshold).sum())
+    assert runs < 10
+    assert main(["bench", str(learnable_zoo), "--config", "learnable", "--models", "lightgbm", "statnn",
+                 "--no-floors", "--seeds", "1", "--resamples", "100", "--thresholds", repr(threshold),
+                 "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert f"too few runs ({runs})" in table and "fewer than 10 test runs" in table
+    assert "1 seed," in table and "mean over seeds" not in table and "seed sd" not in table
+    best = re.search(r"Best: (\w+); tied with it \(paired interval of the difference holds 0\): ([^.]+)\.", table)
+    assert best and best.group(1) not in best.group(2).split(", ")

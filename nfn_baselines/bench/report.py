@@ -34,6 +34,9 @@ from ..models.predictors import get_predictor
 from ..models.train import validation_score
 
 
+MIN_RUNS = 10  # a column resting on fewer test runs shows "too few runs (n)": its interval would mean nothing
+
+
 @dataclass
 class Cell:
     """One metric of one model: seed-mean estimate, 95% interval over runs, spread over seeds, what it rests on."""
@@ -48,7 +51,7 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         return {"estimate": self.estimate, "low": self.low, "high": self.high, "seed_sd": self.seed_sd,
-                "runs": self.runs, "checkpoints": self.checkpoints}
+                "runs": self.runs, "checkpoints": self.checkpoints, "too_few_runs": self.runs < MIN_RUNS}
 
 
 @dataclass
@@ -198,6 +201,8 @@ def _number(value: float, digits: int = 3) -> str:
 
 
 def _interval(cell: Cell) -> str:
+    if cell.runs < MIN_RUNS:
+        return f"too few runs ({cell.runs})"
     if not math.isfinite(cell.estimate):
         return "-"
     if not (math.isfinite(cell.low) and math.isfinite(cell.high)):
@@ -221,18 +226,28 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
                        for c in report.columns if c not in ("r2", "l1", "macro_f1"))
     fitted_name = "accuracy" if data.target.kind == "classification" else "tau"
     header = (["model"] + [column_title(c) for c in report.columns] + [f"vs best ({column_title(main)})",
-              f"train {fitted_name}", f"validation {fitted_name}", "seed sd"])
+              f"train {fitted_name}", f"validation {fitted_name}"] + (["seed sd"] if seeds > 1 else []))
     protocol = data.protocol + (f", epoch {data.epoch}" if data.epoch is not None else "")
+    estimate = "mean over seeds" if seeds > 1 else "the one seed's figure"
+    tied = [m for m in report.tied() if m != report.best]
     lines = [f"Zoo config `{config}`: target {data.target.name}, protocol {protocol}, preprocessing "
-             f"{data.preprocess}, {seeds} seed(s), {'tuned' if report.tuned and result.untuned else 'untuned'}"
+             f"{data.preprocess}, {seeds} seed{'s' if seeds > 1 else ''}, "
+             f"{'tuned' if report.tuned and result.untuned else 'untuned'}"
              + f", splits {data.split_rule.describe()}"
              + (f", split salt {data.split_salt!r}" if data.split_salt else "")
              + (f", every checkpoint moved by a random element of the {data.randomize} symmetry group"
                 if data.randomize else "") + ".",
-             f"Each cell: mean over seeds [95% interval from {report.resamples} bootstrap resamples of the test runs, "
+             f"Each cell: {estimate} [95% interval from {report.resamples} bootstrap resamples of the test runs, "
              f"seed {report.bootstrap_seed}]. Test split: {counts}.",
              f"Best: {report.best}; tied with it (paired interval of the difference holds 0): "
-             f"{', '.join(report.tied())}."]
+             f"{', '.join(tied) if tied else 'none'}."]
+    sparse = [column_title(c) for c in report.columns if first[c].runs < MIN_RUNS]
+    if sparse:
+        lines.append(f"{', '.join(sparse)}: fewer than {MIN_RUNS} test runs, shown as \"too few runs (n)\" instead "
+                     f"of a figure.")
+    if any(_interval(cell).endswith("[-]") for row in report.cells.values() for cell in row.values()):
+        lines.append("[-]: no interval, because the metric is undefined on most resamples (e.g. constant "
+                     "predictions or one checkpoint).")
     lines += [f"Not trained at {name} (too few checkpoints left by the filter: {why})."
               for name, why in result.skipped.items()]
     lines += [f"No {column_title(column)} for {', '.join(models)}: constant predictions on its test checkpoints "
@@ -250,7 +265,7 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
             versus_text = (f"{versus['estimate']:+.3f} [{_number(versus['low'])}, {_number(versus['high'])}]"
                            + (" tied" if versus["tied"] else ""))
         cells = ([_interval(row[c]) for c in report.columns] + [versus_text, _number(report.fitted[model]["train"]),
-                 _number(report.fitted[model]["validation"]), _number(row[main].seed_sd)])
+                 _number(report.fitted[model]["validation"])] + ([_number(row[main].seed_sd)] if seeds > 1 else []))
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -277,11 +292,13 @@ def report_json(report: Report, result: BenchResult) -> dict[str, Any]:
 
 
 def plot_predictions(result: BenchResult, report: Report, path: str | os.PathLike[str], config: str) -> Path:
-    """Predicted against true values of the test split, one panel per model, first seed (the paper's Figure 2)."""
+    """Predicted against true values of the test split, one panel per model, first seed (the paper's Figure 2).
+    Models that only rank (floors such as the L2 norm or the epoch, whose outputs are not in the target's unit) are
+    left out: against the y = x line they would mean nothing."""
     from small_transformer_zoo.plots import new_figure, save_figure
 
     test = next(c for c in result.conditions if c.name == "all").splits["test"]
-    names = list(report.cells)
+    names = [m for m in report.cells if not get_predictor(result.specs[m]).ranks_only]
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
     figure, axes = new_figure(rows, columns, (3.6 * columns, 3.4 * rows))
