@@ -23,7 +23,7 @@ from small_transformer_zoo.store.files import atomic_write_json, check_real_fold
 from .grid import Run, group_id, groups
 from .parts import PLAN_NAME, assemble, build_dir, check_output, save_part, trained_runs
 from .placement import plan_placement
-from .plan import check_duration, estimate_cost, estimated_hours
+from .plan import check_duration, duration_text, estimate_cost, estimated_hours
 from .request import Build, BuildRequest, resolve
 from .trainer import train_groups
 
@@ -47,7 +47,7 @@ def run_build(request: BuildRequest, *, dry_run: bool = False, progress: bool = 
     build.placement = plan_placement(build, free_bytes)
     hours = estimated_hours(cost, build.placement)
     log(f"this {'shard' if request.num_shards > 1 else 'build'}: {cost['runs']} runs, {cost['model_epochs']:,} "
-        f"model-epochs, {cost['tflop']:.2f} TFLOP, about {hours:,.1f} hours on {build.placement.device}")
+        f"model-epochs, {cost['tflop']:.2f} TFLOP, {duration_text(hours)} on {build.placement.device}")
     if dry_run:
         return {"plan": plan.to_dict(), "cost": {**cost, "estimated_hours": hours},
                 "device": str(build.placement.device), "group_size": build.placement.group_size}

@@ -17,7 +17,7 @@ from .grid import Preset, Run, checkpoint_epochs, preset_runs
 from .tasks import Task
 from .trainer import Recipe
 
-CPU_GFLOPS_PER_CORE = 17.7   # the build's measured rate on this project's CPUs (BENCHMARKS.md), for estimates
+CPU_GFLOPS_PER_CORE = 22.4   # measured: `wide` (278.5 TFLOP) built in 103.7 min on 2 cores (BENCHMARKS.md)
 GPU_TFLOPS = 10.0            # an assumed rate for estimates on an accelerator (not measured here)
 CONFIRM_HOURS = 4.0          # a build estimated to take longer asks for --yes or --max-hours
 
@@ -101,6 +101,13 @@ def estimated_hours(cost: dict[str, float], placement: Placement) -> float:
     else:
         rate = GPU_TFLOPS * 1e12
     return cost["tflop"] * 1e12 / rate / 3600
+
+
+def duration_text(hours: float) -> str:
+    """An estimate in words, as `--dry-run` prints it and the README quotes it."""
+    if hours * 60 < 1:
+        return "under a minute"
+    return f"about {round(hours * 60)} minutes" if hours < 1 else f"about {hours:,.1f} hours"
 
 
 def check_duration(hours: float, confirm: bool = False, max_hours: float | None = None) -> None:

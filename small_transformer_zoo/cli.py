@@ -23,13 +23,17 @@ def format_summary(summary: dict) -> str:
     lines = [f"config {summary['config']}  ({summary['path']})",
              f"  task: {json.dumps(summary['task'])}",
              f"  parameters per checkpoint: {summary['n_params']:,}; runs: {summary['runs']:,}; "
-             f"checkpoints: {summary['checkpoints']:,}",
+             f"rows: {summary['checkpoints']:,}; distinct checkpoints: {summary['distinct']:,}",
              f"  seeds: {summary['seed_policy']}; splits {summary['split_rule']}",
-             f"  {'split':<11}{'ckpts':>8}{'runs':>7}{'diverged':>9}   test accuracy min / median / mean / max"]
+             "  (rows: every metadata row, as Zoo.metadata and split_weights give them; distinct checkpoints: a best "
+             "checkpoint that copies a stored epoch counted once, as load_dataset and Zoo.select give them, less the diverged ones)",
+             f"  {'split':<11}{'rows':>8}{'distinct':>9}{'runs':>7}{'diverged':>9}   "
+             f"test accuracy min / median / mean / max"]
     for split, s in summary["splits"].items():
         acc = s["test_accuracy"]
         stats = " / ".join("-" if acc[k] is None else f"{acc[k]:.3f}" for k in ("min", "median", "mean", "max"))
-        lines.append(f"  {split:<11}{s['checkpoints']:>8,}{s['runs']:>7,}{s['diverged']:>9,}   {stats}")
+        lines.append(f"  {split:<11}{s['checkpoints']:>8,}{s['distinct']:>9,}{s['runs']:>7,}{s['diverged']:>9,}   "
+                     f"{stats}")
     return "\n".join(lines)
 
 

@@ -109,3 +109,4 @@ def transformed_copy(model: ZooTransformer, state: dict) -> ZooTransformer:
     return other
 
 
+HANG_TIMEOUT = 3600  # seconds: a bound on a subprocess that only catches a hang, never a slow or loaded machine

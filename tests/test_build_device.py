@@ -203,7 +203,8 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytes
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from small_transformer_zoo.store.files import exclusive_lock\n"
         "with exclusive_lock(sys.argv[1], 'mnist-tiny', 'a test holder'):\n"
-        "    print('held', flush=True); time.sleep(60)"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+        "    print('held', flush=True); sys.stdin.read()"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[1])
     try:
         assert holder.stdout.readline().strip() == "held"

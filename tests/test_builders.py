@@ -26,7 +26,7 @@ from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.devices import kernel_set
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import sinusoidal_positions
-from tests.helpers import build_zoo, quiet, recipe, shared_data
+from tests.helpers import HANG_TIMEOUT, build_zoo, quiet, recipe, shared_data
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -254,12 +254,12 @@ def test_killed_build_resumes_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
     out = tmp_path / "resumed"
     arguments = ["build", "--task", "mnist", "--preset", "tiny", "--out", str(out), "--no-progress", "--workers", "1"]
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_PART, *arguments], cwd=PROJECT,
-                            capture_output=True, timeout=300)
+                            capture_output=True, timeout=HANG_TIMEOUT)
     assert killed.returncode == -signal.SIGKILL
     parts = out / "mnist-tiny" / ".build" / "parts"
     assert len(list(parts.glob("*.json"))) == 1 and not (out / "mnist-tiny" / "zoo.json").exists()
     resumed = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", *arguments], cwd=PROJECT,
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert resumed.returncode == 0 and "resuming: 5 of 20 runs already trained" in resumed.stdout + resumed.stderr
     first, second = _params(tiny_build, "mnist-tiny"), _params(out, "mnist-tiny")
     assert first.keys() == second.keys()

@@ -8,7 +8,7 @@ from small_transformer_zoo import Zoo
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.store.card import GENERATED_MARK, render_card
 from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
-from tests.helpers import metadata_file
+from tests.helpers import HANG_TIMEOUT, metadata_file
 
 
 def _front_matter(text: str) -> dict:
@@ -59,7 +59,7 @@ def test_the_cards_recipe_reads_one_checkpoint_by_range_requests(hub, zoo_copy: 
              " for m in sys.modules)\nnp.save(sys.argv[1], np.concatenate([v.ravel() for v in state_dict.values()]))")
     out = Path(zoo_copy).parent / "row.npy"
     hub.requests.clear()
-    done = subprocess.run([sys.executable, "-c", recipe + check, str(out)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", recipe + check, str(out)], capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stderr
     import numpy as np
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from small_transformer_zoo.cli import main
+from tests.helpers import HANG_TIMEOUT
 
 
 def test_info_prints_counts_and_accuracy(synthetic_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,7 +94,7 @@ def test_hub_commands_without_a_network_are_one_line(synthetic_root: Path, argv:
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "x"}
     argv = [a.replace("{zoo}", str(synthetic_root)) for a in argv]
     done = subprocess.run([sys.executable, "-m", "small_transformer_zoo.cli", *argv], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=HANG_TIMEOUT)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr
 

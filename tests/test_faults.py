@@ -22,7 +22,7 @@ from small_transformer_zoo import Zoo, ZooFormatError, load_dataset, mnist_spec
 from small_transformer_zoo.store.snapshot import manifest_files
 from small_transformer_zoo.format.splits import assign_split
 from small_transformer_zoo.testing import HubServer
-from tests.helpers import metadata_file, rewrite_metadata, shard_file
+from tests.helpers import HANG_TIMEOUT, metadata_file, rewrite_metadata, shard_file
 
 
 
@@ -489,7 +489,7 @@ import sys, time
 from small_transformer_zoo import ZooWriter, mnist_spec
 writer = ZooWriter(sys.argv[1], "syn", mnist_spec(), overwrite=True, register=False)
 print("held", flush=True)
-time.sleep(60)
+sys.stdin.read()  # held until the test kills this process
 """
 
 
@@ -509,6 +509,7 @@ def test_a_second_zoo_writer_on_a_config_fails_at_once_naming_the_holder(tmp_pat
     root = tmp_path / "live"
     write_synthetic_zoo(root, "syn", runs=8, seed=1, register=False)
     holder = subprocess.Popen([sys.executable, "-c", HOLD_A_WRITER, str(root)], stdout=subprocess.PIPE, text=True,
+                              stdin=subprocess.PIPE,
                               cwd=Path(__file__).resolve().parents[1], env={**os.environ, "STZ_HOME": str(stz_home)})
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -568,7 +569,7 @@ def test_a_writer_killed_at_any_step_leaves_the_old_zoo_or_the_new_one(tmp_path:
         root = tmp_path / f"kill-{step}"
         shutil.copytree(tmp_path / "v1", root)
         run = subprocess.run([sys.executable, "-c", KILL_AT_STEP, str(step), str(root)], cwd=project,
-                             capture_output=True, text=True, timeout=120, env={**os.environ, "STZ_HOME": str(stz_home)})
+                             capture_output=True, text=True, timeout=HANG_TIMEOUT, env={**os.environ, "STZ_HOME": str(stz_home)})
         if run.returncode == 0:
             steps = step - 1 if steps is None else steps
             assert int(run.stdout.split()[-1]) < step

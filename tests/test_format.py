@@ -13,7 +13,7 @@ from safetensors import safe_open
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset, mnist_spec
 from small_transformer_zoo.format.metadata import COLUMNS
 from small_transformer_zoo.weights.model import ZooTransformer
-from tests.helpers import metadata_file, rewrite_metadata
+from tests.helpers import HANG_TIMEOUT, metadata_file, rewrite_metadata
 
 
 def _write_models(root: Path, runs: int = 8, shard_size: int = 3) -> dict[str, dict[str, torch.Tensor]]:
@@ -281,7 +281,7 @@ def test_processes_that_read_a_zoo_exit_cleanly(synthetic_root: Path) -> None:
 
     code = (f"from small_transformer_zoo import Zoo; zoo = Zoo.open({str(synthetic_root)!r}, 'syn'); "
             f"zoo.metadata('train'); zoo.split_weights('test').to_tensor()")
-    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode
+    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=HANG_TIMEOUT).returncode
              for _ in range(16)]
     assert codes == [0] * 16
 

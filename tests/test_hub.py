@@ -13,6 +13,7 @@ from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.store.local_index import register_local_zoo
 from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
 from small_transformer_zoo.testing import HubServer
+from tests.helpers import HANG_TIMEOUT
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ def test_second_load_works_offline_from_the_cache(hub: HubServer, synthetic_root
             "ds = load_dataset(sys.argv[1], 'syn', split='validation'); print(ds.num_rows, sum(map(sum, ds['params'])))")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
     out = subprocess.run([sys.executable, "-c", code, repo_id], env=env, cwd=PROJECT, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=HANG_TIMEOUT)
     assert out.returncode == 0, out.stderr[-2000:]
     rows, total = out.stdout.split()[-2:]
     assert int(rows) == online.num_rows

@@ -18,6 +18,7 @@ from small_transformer_zoo import ZooWriter, mnist_spec
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.format.shards import canonical_header
 from small_transformer_zoo.original.synthetic import write_synthetic_release
+from tests.helpers import HANG_TIMEOUT
 
 BAD_NAMES = ["zöo", "x" * 250, "-leading-dash", "a b", ".hidden", "", "名前"]
 
@@ -81,7 +82,7 @@ def test_a_write_the_system_refuses_names_the_file_and_leaves_no_temporary(tmp_p
         "except OSError as exc:\n"
         "    print(os_error_text(exc))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=600,
+    done = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=HANG_TIMEOUT,
                           cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONPATH": "."})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(f"{target}: File too large; ")

@@ -16,7 +16,7 @@ from nfn_baselines.bench.data import load_bench_data
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset, mnist_spec, open_zoo
 from small_transformer_zoo.cli import main
 from small_transformer_zoo.testing import HubServer
-from tests.helpers import quiet
+from tests.helpers import HANG_TIMEOUT, quiet
 
 PROJECT = Path(__file__).resolve().parents[1]
 SPEC = mnist_spec()
@@ -130,7 +130,7 @@ def test_offline_without_the_config_in_the_cache_says_so(hub: HubServer, synthet
             "load_dataset(sys.argv[1], 'syn', split='test')")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
     out = subprocess.run([sys.executable, "-c", code, repo_id], env=env, cwd=PROJECT, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=HANG_TIMEOUT)
     assert out.returncode != 0
     assert "config 'syn' is not in the local cache and the Hub is offline (HF_HUB_OFFLINE)" in out.stderr
 

@@ -90,3 +90,52 @@ def test_every_readme_command_line_is_accepted_by_stz() -> None:
         args = build_parser().parse_args(argv)
         used.add(args.command)
     assert {"quickstart", "build", "merge", "bench", "score", "leaderboard", "push"} <= used
+
+
+def _runnable_here(line: str) -> str | None:
+    """Why a README command cannot run in a test (None: it can): full data sets, other machines, the real Hub."""
+    if " DIR" in line or "hf://" in line or "vectors.txt" in line:
+        return "needs a full data set or the real Hub"
+    if "--ray" in line or "--device cuda" in line or "$SLURM" in line or "shards/*" in line:
+        return "needs a cluster or a GPU"
+    if "fashion_mnist" in line and not Path("/usr/share/dataset-fashion-mnist").exists():
+        return "needs dataset-fashion-mnist"
+    if line.split()[1] in ("build", "info", "public-copy", "push"):
+        return None
+    return "trains models, or needs a submission or a leaderboard first (parsed above; run in their own tests)"
+
+
+def test_readme_shell_commands_run(readme_dir: Path, hub: HubServer, stz_home: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every README command that builds, inspects, copies or publishes a zoo runs, in README order, as written:
+    a build as its `--dry-run` (the plan, the data and the estimate), `zoos` and `ZOO` as the README's zoo folder,
+    the Hub as the loopback server."""
+    import shlex
+
+    _readme_zoo(readme_dir, hub, monkeypatch)
+    ran, skipped = [], {}
+    for line in dict.fromkeys(_command_lines()):
+        why = _runnable_here(line)
+        if why:
+            skipped[line] = why
+            continue
+        argv = shlex.split(line)[1:]
+        if argv[0] == "build":
+            argv = [a if a != "zoos" else "built" for a in argv] + ([] if "--dry-run" in argv else ["--dry-run"])
+        else:
+            argv = [{"zoos": "stz-out", "ZOO": "stz-out"}.get(a, a) for a in argv]
+        assert main(argv) == 0, line
+        ran.append(argv[0])
+    assert {"build", "info", "public-copy", "push"} <= set(ran), (ran, skipped)
+    assert not (readme_dir / "built").exists(), "a dry run writes nothing"
+
+
+@pytest.mark.parametrize("preset", ["mini", "families", "wide", "medium"])
+def test_the_readme_quotes_the_dry_run_estimate(preset: str, tmp_path: Path) -> None:
+    """One estimate everywhere: the README's build time for a preset is what `--dry-run` prints on 2 cores."""
+    from builders.build import BuildRequest, run_build
+    from builders.plan import duration_text
+
+    result = run_build(BuildRequest.of("mnist", preset, tmp_path, workers=2), dry_run=True, log=lambda _: None)
+    row = next(line for line in README.splitlines() if line.startswith(f"| `{preset}` |"))
+    assert f"{duration_text(result['cost']['estimated_hours'])} on 2 cores" in row

@@ -10,6 +10,7 @@ import pytest
 
 from nfn_baselines.leaderboard.scoring import add_result, load_leaderboard
 from small_transformer_zoo.store.files import LockedError, exclusive_lock
+from tests.helpers import HANG_TIMEOUT
 
 WRITERS, EACH = 6, 8
 
@@ -39,7 +40,7 @@ def _run_at_once(target, first: str) -> None:
         worker.start()
     start.set()
     for worker in workers:
-        worker.join(timeout=600)  # only catches a hang
+        worker.join(timeout=HANG_TIMEOUT)
         assert worker.exitcode == 0
 
 
@@ -65,17 +66,17 @@ def test_a_waiting_lock_gives_up_naming_the_holder(tmp_path: Path) -> None:
     def hold() -> None:
         with exclusive_lock(tmp_path, "results.json", "a test holder"):
             held.set()
-            release.wait(60)
+            release.wait()
 
     holder = context.Process(target=hold)
     holder.start()
     try:
-        assert held.wait(60)
+        assert held.wait(HANG_TIMEOUT)
         with pytest.raises(LockedError, match=r"a test holder.*waited 0\.2 s"):
             with exclusive_lock(tmp_path, "results.json", "this test", wait=0.2):
                 pass
     finally:
         release.set()
-        holder.join(60)
+        holder.join(HANG_TIMEOUT)
     with exclusive_lock(tmp_path, "results.json", "this test", wait=0.2):
         pass

@@ -58,9 +58,11 @@ def _accuracy_stats(values: list[float]) -> str:
 def config_table(zoos: list[Zoo]) -> str:
     """One row per config (`Zoo`) with its real counts and test accuracy over all of its checkpoints, then the
     same statistics per split."""
-    lines = ["| config | task | parameters | runs | seeds | splits | checkpoints | train / validation / test | "
-             "diverged | test accuracy min / median / max (all checkpoints) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    per_split = ["| config | split | runs | checkpoints | test accuracy min / median / max |", "|---|---|---|---|---|"]
+    lines = ["| config | task | parameters | runs | seeds | splits | rows | distinct checkpoints | "
+             "rows train / validation / test | diverged | test accuracy min / median / max (all rows) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    per_split = ["| config | split | runs | rows | distinct checkpoints | test accuracy min / median / max |",
+                 "|---|---|---|---|---|---|"]
     withheld, tasks, carved = [], {}, []
     for zoo in zoos:
         config = zoo.config
@@ -76,10 +78,12 @@ def config_table(zoos: list[Zoo]) -> str:
         name = summary["task"].get("name", "?") if isinstance(summary["task"], dict) else "?"
         lines.append(f"| `{config}` | {name} | {summary['n_params']:,} | {summary['runs']:,} | "
                      f"{summary['seed_policy']} | {summary['split_rule']} | {summary['checkpoints']:,} | "
+                     f"{summary['distinct']:,} | "
                      + " / ".join(f"{splits[s]['checkpoints']:,}" for s in SPLIT_NAMES if s in splits)
                      + f" | {sum(s['diverged'] for s in splits.values()):,} | "
                      f"{_accuracy_stats([v for values in accuracy.values() for v in values])} |")
         per_split += [f"| `{config}` | {s} | {splits[s]['runs']:,} | {splits[s]['checkpoints']:,} | "
+                      f"{splits[s]['distinct']:,} | "
                       f"{_accuracy_stats(accuracy[s])} |" for s in SPLIT_NAMES if s in splits]
     lines += ["", *per_split]
     if tasks:

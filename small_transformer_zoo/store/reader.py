@@ -401,7 +401,9 @@ class Zoo:
         return problems
 
     def summary(self) -> dict[str, Any]:
-        """Counts per split and an accuracy summary, for `stz info`."""
+        """Counts per split and an accuracy summary, for `stz info`. `checkpoints` counts the metadata rows;
+        `distinct` the distinct checkpoints among them (a run's best checkpoint is a copy of one of its epochs: that
+        row is not counted again), which is what reads give by default."""
         out: dict[str, Any] = {"config": self.config, "path": str(self.dir), "task": self.manifest.get("task"),
                                "n_params": self.spec.n_params, "runs": self.manifest["counts"].get("runs"),
                                "checkpoints": self.manifest["counts"].get("checkpoints"),
@@ -413,9 +415,11 @@ class Zoo:
             acc = acc[np.isfinite(acc)]
             out["splits"][split] = {
                 "checkpoints": table.num_rows,
+                "distinct": table.column("duplicate_of").null_count,
                 "runs": len(set(table.column("run_id").to_pylist())),
                 "diverged": int(pc.sum(table.column("diverged")).as_py() or 0),
                 "test_accuracy": {k: float(f(acc)) if acc.size else None for k, f in
                                   (("min", np.min), ("median", np.median), ("mean", np.mean), ("max", np.max))},
             }
+        out["distinct"] = sum(s["distinct"] for s in out["splits"].values())
         return out
