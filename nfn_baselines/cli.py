@@ -48,8 +48,12 @@ def _bench(args: argparse.Namespace) -> int:
     fits = request.fit_count()
     store = bench_store(zoo, request, out)
     if len(store) and not args.fresh:
-        print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
-              f"({store.folder}; --fresh trains them again)", file=sys.stderr)
+        if store.finished:
+            print(f"reusing: {len(store)} of {fits} fits of an earlier run of this command ({store.kept}; --fresh "
+                  f"trains them again)", file=sys.stderr)
+        else:
+            print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
+                  f"({store.folder}; --fresh trains them again)", file=sys.stderr)
     bar = tqdm(total=fits, desc="bench", unit="fit", file=sys.stderr)
     outcome = run_bench(zoo, request, out, on_done=lambda name, condition, _: (
         bar.update(1), bar.set_postfix_str(f"{name} {condition} done")), fresh=args.fresh)

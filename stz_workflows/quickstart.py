@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from builders.build import BuildRequest, run_build
-from nfn_baselines.bench.runs import BenchRequest, run_bench
+from nfn_baselines.bench.runs import BenchRequest, bench_store, run_bench
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.devices import usable_cores
 from small_transformer_zoo.plots import plot_accuracy_histogram
@@ -39,6 +39,10 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     _header(f"3. Transformer-NFN, the baselines and the floors predict test accuracy from the weights (seed {seed})")
     zoo = Zoo.open(out, config)
     bench = BenchRequest(seeds=1, epochs=epochs, device=device, jobs=usable_cores())
+    kept = bench_store(zoo, bench, out / "bench")
+    if len(kept):
+        where = kept.kept if kept.finished else kept.folder
+        print(f"   reusing {len(kept)} of {bench.fit_count()} fits of an earlier run ({where})", flush=True)
     bar = tqdm(total=bench.fit_count(), desc="   models", unit="fit", file=sys.stderr)
     outcome = run_bench(zoo, bench, out / "bench",
                         on_done=lambda name, _, __: (bar.update(1), bar.set_postfix_str(f"{name} done")))

@@ -105,7 +105,7 @@ def test_another_command_or_fresh_trains_from_scratch(zoo_root: Path, tmp_path: 
         "what only changes the scoring does not change the fits"
     argv = ["bench", str(zoo_root), "--models", *REQUEST["models"], "--seeds", "2", "--epochs", "2", "--protocol",
             "paper", "--epoch", "2", "--thresholds", "0.5", "--tune", "--resamples", "100", "--out", str(tmp_path),
-            "--device", "cpu", "--jobs", "1"]
+            "--device", "cpu", "--jobs", "1", "--no-floors"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert main(argv) == 0
@@ -115,3 +115,20 @@ def test_another_command_or_fresh_trains_from_scratch(zoo_root: Path, tmp_path: 
     assert main([*argv, "--fresh"]) == 0
     captured = capsys.readouterr()
     assert "resuming" not in captured.err and "fits resumed" not in captured.out
+
+
+def test_a_finished_run_run_again_reuses_every_fit(zoo_root: Path, unstopped: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The same command after a finished run trains nothing and gives the same tables; no empty resume folder
+    stays behind; --fresh trains everything again."""
+    zoo, request = Zoo.open(zoo_root, "resume"), BenchRequest(**REQUEST)
+    before = _tables(unstopped)
+    assert not (unstopped / ".resume").exists()
+    trained: list[tuple[str, str]] = []
+    outcome = run_bench(zoo, request, unstopped, on_done=lambda m, c, _: trained.append((m, c)))
+    assert outcome.resumed == FITS and len(trained) == FITS, "every fit read back, none trained"
+    assert _tables(unstopped) == before and not (unstopped / ".resume").exists()
+    store = bench_store(zoo, request, unstopped)
+    assert store.finished and len(store) == FITS
+    store.clear()
+    assert len(bench_store(zoo, request, unstopped)) == 0

@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import shutil
 import warnings
 import zipfile
@@ -65,21 +66,37 @@ def fingerprint(zoo: Zoo, request: dict[str, Any]) -> str:
 
 
 class FitStore:
-    """The finished fits of one `stz bench` run, on disk."""
+    """The finished fits of one `stz bench` run, on disk: under `<out>/.resume/` while the run goes on (a stopped
+    run resumes from them), then under `<out>/.fits/` once its results are written (`finish`), so that the same
+    command run again reuses every fit and prints its table at once."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, kept: Path | None = None) -> None:
         self.folder = Path(folder)
+        self.kept = Path(kept) if kept is not None else None
 
     @classmethod
     def for_run(cls, out: Path, stem: str, zoo: Zoo, request: dict[str, Any]) -> "FitStore":
-        return cls(Path(out) / ".resume" / f"{stem}-{fingerprint(zoo, request)}")
+        name = f"{stem}-{fingerprint(zoo, request)}"
+        return cls(Path(out) / ".resume" / name, Path(out) / ".fits" / name)
 
     def __len__(self) -> int:
-        return len(list(self.folder.glob("*.npz"))) if self.folder.is_dir() else 0
+        return len(self._records())
+
+    @property
+    def finished(self) -> bool:
+        """Whether the fits are those of a run that wrote its results (kept), not of a stopped one."""
+        return self.kept is not None and self.kept.is_dir() and not self.folder.is_dir()
+
+    def _records(self) -> set[str]:
+        return {p.name for folder in (self.folder, self.kept) if folder is not None and folder.is_dir()
+                for p in folder.glob("*.npz")}
 
     def _path(self, salt: str | None, model: str, condition: str) -> Path:
         key = json.dumps([salt, model, condition])
-        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
+        name = f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
+        if self.kept is not None and (self.kept / name).is_file() and not (self.folder / name).is_file():
+            return self.kept / name
+        return self.folder / name
 
     def load(self, salt: str | None, model: str, condition: str, rows: dict[str, int],
              seeds: int) -> StoredFits | None:
@@ -112,11 +129,33 @@ class FitStore:
                     arrays[f"{group}.{i}.{split}"] = np.asarray(values)
         buffer = io.BytesIO()
         np.savez(buffer, meta=np.asarray(json.dumps(meta)), **arrays)
-        atomic_write_bytes(self._path(salt, model, condition), buffer.getvalue())
+        atomic_write_bytes(self.folder / self._path(salt, model, condition).name, buffer.getvalue())
+
+    def finish(self) -> None:
+        """The run's results are written: keep its fits for a rerun of the same command (`.fits/`), and leave no
+        resume folder behind."""
+        if self.kept is None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        elif self.folder.is_dir():
+            self.kept.mkdir(parents=True, exist_ok=True)
+            for record in self.folder.glob("*.npz"):
+                os.replace(record, self.kept / record.name)
+            shutil.rmtree(self.folder, ignore_errors=True)
+        _remove_if_empty(self.folder.parent)
 
     def clear(self) -> None:
-        """Remove the run's folder (its results are written)."""
+        """Remove every fit of the run, resumable or kept (`--fresh`)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.kept is not None:
+            shutil.rmtree(self.kept, ignore_errors=True)
+        _remove_if_empty(self.folder.parent)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # not empty (another run's records), or already gone
 
 
 def _number(value: float) -> float | None:

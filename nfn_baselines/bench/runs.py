@@ -150,7 +150,7 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
             predicted = np.asarray(result.data.target.classes, dtype=object)[predicted.astype(int)]
         paths[f"submission:{model}"] = write_submission(out / "submissions" / f"{stem}-{model}.csv",
                                                         result.data.test_ids, predicted, column)
-    store.clear()
+    store.finish()
     return BenchOutcome(result, report, markdown, paths, seconds, training_seconds, resumed)
 
 
