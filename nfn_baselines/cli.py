@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
 
     from small_transformer_zoo.format.selection import parse_where
     from small_transformer_zoo.plots import plot_accuracy_histogram
 
+    from .bench.progress import BenchProgress
     from .bench.runs import BenchRequest, bench_store, run_bench
     from .leaderboard.scoring import add_result, score_submission
 
@@ -54,10 +54,9 @@ def _bench(args: argparse.Namespace) -> int:
         else:
             print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
                   f"({store.folder}; --fresh trains them again)", file=sys.stderr)
-    bar = tqdm(total=fits, desc="bench", unit="fit", file=sys.stderr)
-    outcome = run_bench(zoo, request, out, on_done=lambda name, condition, _: (
-        bar.update(1), bar.set_postfix_str(f"{name} {condition} done")), fresh=args.fresh)
-    bar.close()
+    progress = BenchProgress(request)
+    outcome = run_bench(zoo, request, out, on_done=progress.on_done, on_epoch=progress.on_epoch, fresh=args.fresh)
+    progress.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
     rankers = [n for n in outcome.result.models if f"submission:{n}" not in outcome.paths]
     if rankers:

@@ -8,13 +8,12 @@ model's predictions.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from builders.build import BuildRequest, run_build
+from nfn_baselines.bench.progress import BenchProgress
 from nfn_baselines.bench.runs import BenchRequest, bench_store, run_bench
 from small_transformer_zoo import Zoo, load_dataset
 from small_transformer_zoo.devices import usable_cores
@@ -43,10 +42,9 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     if len(kept):
         where = kept.kept if kept.finished else kept.folder
         print(f"   reusing {len(kept)} of {bench.fit_count()} fits of an earlier run ({where})", flush=True)
-    bar = tqdm(total=bench.fit_count(), desc="   models", unit="fit", file=sys.stderr)
-    outcome = run_bench(zoo, bench, out / "bench",
-                        on_done=lambda name, _, __: (bar.update(1), bar.set_postfix_str(f"{name} done")))
-    bar.close()
+    progress = BenchProgress(bench, "   models")
+    outcome = run_bench(zoo, bench, out / "bench", on_done=progress.on_done, on_epoch=progress.on_epoch)
+    progress.close()
     print()
     print(outcome.markdown)
 

@@ -372,3 +372,29 @@ def test_a_table_says_what_it_cannot_support(learnable_zoo: Path, tmp_path: Path
     assert "1 seed," in table and "mean over seeds" not in table and "seed sd" not in table
     best = re.search(r"Best: (\w+); tied with it \(paired interval of the difference holds 0\): ([^.]+)\.", table)
     assert best and best.group(1) not in best.group(2).split(", ")
+
+
+def test_progress_is_measured_in_expected_epochs(learnable_zoo: Path, tmp_path: Path) -> None:
+    """The run's bar moves with every network-epoch of a neural fit (not only when a fit ends) and reaches its
+    total, the expected cost, when the run ends; a tree counts one per seed."""
+    import io
+
+    from nfn_baselines.bench.progress import BenchProgress
+    from small_transformer_zoo import Zoo
+
+    request = BenchRequest(models=["mlp", "lightgbm"], seeds=2, epochs=3, resamples=100)
+    from nfn_baselines.models.predictors import get_predictor
+
+    trees = 2 if get_predictor("lightgbm").seeded else 1
+    assert request.expected_epochs() == {"mlp": 2 * 3, "lightgbm": trees}
+    progress = BenchProgress(request, file=io.StringIO())
+    epochs: list[tuple[str, str]] = []
+
+    def on_epoch(model: str, condition: str) -> None:
+        epochs.append((model, condition))
+        progress.on_epoch(model, condition)
+
+    run_bench(Zoo.open(learnable_zoo, "learnable"), request, tmp_path, on_done=progress.on_done, on_epoch=on_epoch)
+    assert 0 < len(epochs) <= 6 and {m for m, _ in epochs} == {"mlp"}
+    assert progress.total.n == progress.total.total == 6 + trees
+    progress.close()

@@ -76,6 +76,17 @@ def model_specs(models: Sequence[str] | None = None, ablation: str | None = None
     return out
 
 
+def expected_epochs(model: ModelSpec, epochs: int, seeds: int, tune: bool) -> int:
+    """The network-epochs one (model, condition) fit trains at most (early stopping may end it sooner): what the
+    progress of a benchmark is measured in. A tree or floor counts as one per seed it fits."""
+    predictor = get_predictor(model.predictor)
+    if predictor.kind != "neural":
+        return seeds if predictor.seeded else 1
+    trials = tuning_trials(epochs) if tune and not predictor.training else tuning_trials(epochs)[:1]
+    per = [int(predictor.training.get("epochs", t["epochs"])) for t in trials]
+    return sum(per) * seeds
+
+
 def tuning_trials(epochs: int) -> list[dict[str, Any]]:
     """The declared search of `--tune`, the same for every neural model: learning rate, weight decay and epochs.
     The first trial is the untuned default."""
@@ -89,11 +100,12 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
                   thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                   on_done: Callable[[str, str, int], None] | None = None, device: str = "cpu", n_jobs: int = 1,
                   tune: bool = False, settings: dict[str, Any] | None = None,
-                  store: FitStore | None = None) -> BenchResult:
+                  store: FitStore | None = None,
+                  on_epoch: Callable[[str, str], None] | None = None) -> BenchResult:
     """Train and predict every model on every condition and seed. `settings` override every neural model's
     training settings (`head_dropout`, `patience`, `weight_decay`, ...) and model settings alike. With a `store`
     (`bench_resume`), a (model, condition) it holds is read back instead of trained, and every one trained is
-    kept there."""
+    kept there. `on_epoch(model, condition)`: one epoch of one network of a neural fit done."""
     if not seeds:
         raise ValueError("the benchmark needs at least one seed")
     result = BenchResult(data, data.conditions(thresholds), list(seeds), models=[m.name for m in models],
@@ -116,7 +128,8 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
                         result.trials[key] = stored.trials
             else:
                 started = time.perf_counter()
-                _fit_model(result, model, condition, shortfall, trials, tune, device, n_jobs, settings or {})
+                tick = (lambda _, key=key: on_epoch(*key)) if on_epoch else None
+                _fit_model(result, model, condition, shortfall, trials, tune, device, n_jobs, settings or {}, tick)
                 result.seconds[key] = time.perf_counter() - started
                 if resumable:
                     untuned = result.untuned.get(key)  # the chosen fits themselves for trees and floors
@@ -130,7 +143,7 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
 
 def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shortfall: str | None,
                trials: list[dict[str, Any]], tune: bool, device: str, n_jobs: int,
-               settings: dict[str, Any]) -> None:
+               settings: dict[str, Any], progress: Callable[[dict[str, float]], None] | None = None) -> None:
     """Train (or, for a condition too small, mark undefined) one model on one condition, into `result`."""
     data, seeds, key = result.data, result.seeds, (model.name, condition.name)
     predictor = get_predictor(model.predictor)
@@ -141,7 +154,7 @@ def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shor
     elif predictor.kind == "neural":
         if predictor.training:  # a fixed recipe: the search has nothing to vary
             trials = [{**trials[0], **{k: v for k, v in predictor.training.items() if k in trials[0]}}]
-        per_trial = _train_neural(predictor, model, condition, data, trials, seeds, device, settings)
+        per_trial = _train_neural(predictor, model, condition, data, trials, seeds, device, settings, progress)
         scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
         best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
         result.fits[key] = per_trial[best]
@@ -180,7 +193,8 @@ def _undefined_fits(condition: Condition, data: BenchData, seeds: list[int]) -> 
 
 def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,
                   trials: list[dict[str, Any]], seeds: list[int], device: str,
-                  overrides: dict[str, Any]) -> list[list[Fit]]:
+                  overrides: dict[str, Any], progress: Callable[[dict[str, float]], None] | None = None
+                  ) -> list[list[Fit]]:
     """Every (trial, seed) of a neural model: per trial, the fits of every seed."""
     model_keys = set(predictor.settings)
     model_settings = {**predictor.settings, **model.settings,
@@ -205,7 +219,7 @@ def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, 
     fits: dict[int, Fit] = {}
     for group in groups:
         results = train_predictors([nets[i] for i in group], data.spec, (train.params, labels[0]),
-                                   (validation.params, labels[1]), [configs[i] for i in group],
+                                   (validation.params, labels[1]), [configs[i] for i in group], progress,
                                    loss=data.target.loss, prepared=(prepared["train"], prepared["validation"]))
         for i, trained in zip(group, results):
             predictions = {s: predict_prepared(trained.model, prepared[s], data.spec, data.target.loss, trained.scale)

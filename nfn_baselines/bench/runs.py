@@ -19,7 +19,7 @@ from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_j
 
 from .data import load_bench_data
 from .resume import FitStore
-from .benchmark import BenchResult, model_specs, run_benchmark
+from .benchmark import BenchResult, expected_epochs, model_specs, run_benchmark
 from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
 from ..models.predictors import floor_predictors, get_predictor
 from .report import Report, plot_predictions, render_markdown, report_json, score
@@ -60,8 +60,16 @@ class BenchRequest:
 
     def fit_count(self) -> int:
         """The (model, condition) fits the run trains: every model row on every condition of every split."""
-        conditions = 1 + (len(self.thresholds) if self.protocol == "paper" else 0)
-        return len(model_specs(self.models, self.ablation)) * conditions * (1 + self.resplit)
+        return len(model_specs(self.models, self.ablation)) * self._conditions()
+
+    def expected_epochs(self) -> dict[str, int]:
+        """Per model row, the network-epochs all its fits train at most (`benchmark.expected_epochs`): the unit
+        of a benchmark's progress and of its time estimate."""
+        return {m.name: expected_epochs(m, self.epochs, self.seeds, self.tune) * self._conditions()
+                for m in model_specs(self.models, self.ablation)}
+
+    def _conditions(self) -> int:
+        return (1 + (len(self.thresholds) if self.protocol == "paper" else 0)) * (1 + self.resplit)
 
     def stem(self, config: str) -> str:
         """The results' file name: the config, then what differs from the default run."""
@@ -98,7 +106,8 @@ def bench_store(zoo: Zoo, request: BenchRequest, out: Path) -> FitStore:
 
 
 def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
-              on_done: Callable[[str, str, int], None] | None = None, fresh: bool = False) -> BenchOutcome:
+              on_done: Callable[[str, str, int], None] | None = None, fresh: bool = False,
+              on_epoch: Callable[[str, str], None] | None = None) -> BenchOutcome:
     """Run the benchmark on `zoo` and write its results under `out`. A run stopped before it wrote them resumes
     from the fits it had finished, unless `fresh`."""
     started = time.perf_counter()
@@ -112,7 +121,7 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     def bench(split_salt: str | None) -> BenchResult:
         results.append(run_benchmark(_load(zoo, request, split_salt), models, seeds, request.epochs,
                                      request.thresholds, on_done, request.device, request.jobs, request.tune,
-                                     request.settings, store))
+                                     request.settings, store, on_epoch))
         return results[-1]
 
     result = bench(None)
