@@ -98,7 +98,9 @@ def _runnable_here(line: str) -> str | None:
         return "needs a full data set or the real Hub"
     if "--ray" in line or "--device cuda" in line or "$SLURM" in line or "shards/*" in line:
         return "needs a cluster or a GPU"
-    if "fashion_mnist" in line and not Path("/usr/share/dataset-fashion-mnist").exists():
+    from builders.data import FASHION_MNIST_DIR
+
+    if "fashion_mnist" in line and not FASHION_MNIST_DIR.is_dir():
         return "needs dataset-fashion-mnist"
     if line.split()[1] in ("build", "info", "public-copy", "push"):
         return None
