@@ -101,7 +101,8 @@ def test_benchmark_table_has_intervals_run_counts_floors_and_ties(learnable_zoo:
 def test_stz_bench_writes_json_markdown_plot_and_leaderboard(learnable_zoo: Path, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "2",
-                 "--models", "mlp", "lightgbm", "--out", str(tmp_path), "--leaderboard", str(tmp_path / "b.json"),
+                 "--models", "mlp", "lightgbm", "--no-floors", "--out", str(tmp_path), "--leaderboard",
+                 str(tmp_path / "b.json"),
                  "--resamples", "200"]) == 0
     out = capsys.readouterr().out
     assert "| mlp |" in out and "| lightgbm |" in out and "[" in out
@@ -138,7 +139,7 @@ def test_a_paper_protocol_submission_is_scored_on_the_checkpoints_it_was_made_fo
         learnable_zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     board = tmp_path / "board.json"
     assert main(["bench", str(learnable_zoo), "--config", "learnable", "--protocol", "paper", "--epoch", "2",
-                 "--seeds", "1", "--epochs", "2", "--models", "lightgbm", "l2_norm", "--thresholds", "0.6",
+                 "--seeds", "1", "--epochs", "2", "--models", "lightgbm", "l2_norm", "--no-floors", "--thresholds", "0.6",
                  "--out", str(tmp_path), "--leaderboard", str(board), "--resamples", "100"]) == 0
     assert "no submission entered in" in capsys.readouterr().err, "the L2 norm ranks; it does not predict accuracies"
     assert not (tmp_path / "submissions" / "learnable-bench-paper-l2_norm.csv").exists(), "no file the scorer refuses"
@@ -293,7 +294,7 @@ def test_preprocessing_reaches_every_split(learnable_zoo: Path, tmp_path: Path) 
     with pytest.raises(ValueError, match="unknown preprocessing 'whiten'"):
         load_bench_data(learnable_zoo, "learnable", "whiten")
     assert main(["bench", "--zoo", str(learnable_zoo), "--config", "learnable", "--seeds", "1", "--epochs", "1",
-                 "--models", "statnn", "--preprocess", "standardize", "--out", str(tmp_path), "--resamples",
+                 "--models", "statnn", "--no-floors", "--preprocess", "standardize", "--out", str(tmp_path), "--resamples",
                  "100"]) == 0
     saved = json.loads((tmp_path / "learnable-bench.json").read_text())
     assert saved["data"]["preprocess"] == "standardize" and "blocks.0.W_A" in saved["data"]["weight_stats"]["scale"]

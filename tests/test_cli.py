@@ -139,7 +139,7 @@ def test_a_hub_repo_id_is_a_zoo_root_everywhere(hub, synthetic_root: Path, tmp_p
 
 def test_bench_takes_the_zoo_like_every_command_and_writes_beside_it(zoo_copy: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", str(zoo_copy), "--seeds", "1", "--epochs", "1", "--models", "mlp"]) == 0
+    assert main(["bench", str(zoo_copy), "--seeds", "1", "--epochs", "1", "--models", "mlp", "--no-floors"]) == 0
     assert (zoo_copy / "bench" / "syn-bench.json").is_file()
     assert "| mlp |" in capsys.readouterr().out
     assert main(["bench", str(zoo_copy), "--zoo", str(zoo_copy), "--models", "mlp"]) == 2

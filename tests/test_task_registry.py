@@ -56,7 +56,7 @@ def test_the_nfn_reads_the_colour_zoo_invariantly(color_zoo: Path) -> None:
 def test_the_benchmark_runs_on_the_colour_zoo(color_zoo: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--zoo", str(color_zoo), "--config", "color32-mini", "--seeds", "1", "--epochs", "2",
-                 "--models", "transformer_nfn", "statnn", "lightgbm", "--out", str(tmp_path)]) == 0
+                 "--models", "transformer_nfn", "statnn", "lightgbm", "--no-floors", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| transformer_nfn |" in out and "| lightgbm |" in out
 
@@ -83,7 +83,7 @@ def test_a_registered_predictor_joins_the_benchmark_and_the_cli(ridge: Predictor
     expected = Ridge(alpha=10.0).fit(train.params.numpy(), train.target).predict(test.params.numpy())
     np.testing.assert_allclose(np.ravel(predicted), expected, rtol=1e-6)
     assert main(["bench", "--zoo", str(color_zoo), "--config", "color32-mini", "--seeds", "1", "--models", "ridge",
-                 "--out", str(tmp_path)]) == 0
+                 "--no-floors", "--out", str(tmp_path)]) == 0
     assert "| ridge |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="already registered"):
         register_predictor(ridge)
