@@ -25,8 +25,11 @@ def test_card_lists_every_config_and_split_with_real_counts(tmp_path: Path) -> N
     assert meta["configs"][1]["data_files"][2] == {
         "split": "test", "path": str(metadata_file(tmp_path / "beta", "test").relative_to(tmp_path))}
     assert meta["size_categories"] == ["n<1K"] and meta["license"] == "mit"
-    beta = Zoo.open(tmp_path, "beta").manifest["counts"]
-    assert f"| `beta` | synthetic | 18,506 | 30 | per-run | by run | {beta['checkpoints']:,} | " \
+    zoo = Zoo.open(tmp_path, "beta")
+    beta = zoo.manifest["counts"]
+    distinct = sum(1 for s in zoo.splits for copy in zoo.metadata(s).column("duplicate_of").to_pylist() if copy is None)
+    assert 0 < distinct <= beta["checkpoints"]
+    assert f"| `beta` | synthetic | 18,506 | 30 | per-run | by run | {beta['checkpoints']:,} | {distinct:,} | " \
            f"{beta['train']:,} / {beta['validation']:,} / {beta['test']:,} |" in card
     assert GENERATED_MARK in card and "{{" not in card
 

@@ -74,10 +74,15 @@ def test_bad_filters_are_clear_errors(synthetic_root: Path) -> None:
         zoo.select("train", where={"learning_rate": (1, 2, 3)})
     with pytest.raises(ValueError, match="where: unknown column"):
         load_dataset(str(synthetic_root), "syn", split="train", where={"nope": 1})
-    assert len(zoo.select("train", where={"optimizer": "none-such"})) == 0
-    empty, _ = zoo.weight_space("train", where={"optimizer": "none-such"})
+    with pytest.raises(ValueError, match=r"where\['optimizer'\]: unknown value 'none-such'; column 'optimizer' holds one of"):
+        zoo.select("train", where={"optimizer": "none-such"})
+    with pytest.raises(ValueError, match=r"where\['split'\]: unknown value"):
+        load_dataset(str(synthetic_root), "syn", split="train", where={"split": "none-such"})
+    nothing = {"learning_rate": (10.0, 20.0)}
+    assert len(zoo.select("train", where=nothing)) == 0
+    empty, _ = zoo.weight_space("train", where=nothing)
     assert empty.to_params().shape == (0, zoo.spec.n_params)
-    assert load_dataset(str(synthetic_root), "syn", split="train", where={"optimizer": "none-such"}).num_rows == 0
+    assert load_dataset(str(synthetic_root), "syn", split="train", where=nothing).num_rows == 0
 
 
 COLUMN_VALUES = {
