@@ -200,9 +200,13 @@ def group_size_sweep(args: argparse.Namespace) -> None:
             samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs)
             flops = (samples + size * (len(data.validation_y) + len(data.test_y)) / 3) * per_sample
             recipe = Recipe(1, (1,), 128, True, precision)
-            train_group(runs[: min(size, 8)], tensors, spec, recipe, device)
-            seconds = best_of({"group": lambda: train_group(runs, tensors, spec, recipe, device)}, args.repeats,
-                              device)["group"]
+            try:
+                train_group(runs[: min(size, 8)], tensors, spec, recipe, device)
+                seconds = best_of({"group": lambda: train_group(runs, tensors, spec, recipe, device)}, args.repeats,
+                                  device)["group"]
+            except RuntimeError as error:
+                print(f"  {precision} {size:>5} runs: failed ({' '.join(str(error).split())[:200]})")
+                continue
             rate = flops / seconds
             if rate > best_rate.get(precision, (0.0, 0))[0]:
                 best_rate[precision] = (rate, size)

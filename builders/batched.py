@@ -13,12 +13,19 @@ import math
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.format.metadata import OPTIMIZERS
 
 
 HASH_MASK = 0xFFFFFFFF
+
+
+# The attention kernels a group may use. cuDNN's is left out: on an H200 its bf16 backward pass fails for the
+# batch of a large group (M * B sequences: "mha_graph.execute ... is_good()"); the memory-efficient kernel and the
+# plain one compute the same attention.
+ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def hash32(x: torch.Tensor) -> torch.Tensor:
@@ -147,8 +154,9 @@ def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inpu
             # [M * B, heads, length, d_head] as a strided view: the attention kernel reads it without a copy.
             return _linear(flat, params[f"{pre}.attn.{name}.weight"]).view(m * b, length, h, dk).transpose(1, 2)
 
-        attended = F.scaled_dot_product_attention(heads("q_proj"), heads("k_proj"), heads("v_proj"),
-                                                  attn_mask=attention_keep)
+        with sdpa_kernel(ATTENTION_BACKENDS):
+            attended = F.scaled_dot_product_attention(heads("q_proj"), heads("k_proj"), heads("v_proj"),
+                                                      attn_mask=attention_keep)
         attended = attended.transpose(1, 2).reshape(m, b * length, h * dk)
         y = _linear(attended, scaled(params[f"{pre}.attn.o_proj.weight"])).view(m, b, length, d)
         if dropout is not None:

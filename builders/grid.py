@@ -61,7 +61,7 @@ PRESETS = {
     "medium": Preset("medium", epochs=16, runs=240, max_train_samples=7_000, group_size=15, batch_size=16,
                      selection="sweep", augment=False, every_epoch=True, max_validation_samples=2_000),
     "wide": Preset("wide", epochs=8, runs=1500, max_train_samples=3_600, group_size=15, batch_size=16,
-                   augment=False, max_validation_samples=1_000, per_task={"agnews": {"max_train_samples": 3_000}}),
+                   augment=False, max_validation_samples=1_000, per_task={"agnews": {"max_train_samples": 3_000, "runs": 1_600}}),
     "mini": Preset("mini", epochs=6, runs=132, max_train_samples=None, group_size=10, batch_size=16,
                    selection="sweep", augment=False),
     "families": Preset("families", epochs=8, runs=480, max_train_samples=3_600, group_size=15, batch_size=16,

@@ -58,7 +58,8 @@ def test_group_sizes_follow_the_memory_figure() -> None:
 
 def test_a_group_that_does_not_fit_fails_before_training(tmp_path) -> None:
     with pytest.raises(ValueError, match="group size 4 does not fit on cpu"):
-        build_zoo("mnist", "tiny", tmp_path, group_size=4, free_bytes=2**20, log=quiet, progress=False)
+        build_zoo("mnist", "tiny", tmp_path, group_size=4, free_bytes=2**20, device="cpu", log=quiet,
+                  progress=False)
     assert not (tmp_path / "mnist-tiny").exists(), "nothing is written before the checks pass"
 
 

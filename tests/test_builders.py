@@ -469,3 +469,20 @@ def test_fashion_mnist_from_the_debian_package(tmp_path: Path) -> None:
     data = load_idx_folder(FASHION_MNIST_DIR, "fashion_mnist")
     assert len(data.train_y) + len(data.validation_y) == 60_000 and len(data.test_y) == 10_000
     assert data.source["files"] == "train and t10k files"
+
+
+@pytest.mark.parametrize("task", ["mnist", "agnews"])
+def test_the_wide_preset_covers_the_grid_with_enough_test_runs(task: str) -> None:
+    """`wide` on each task: at least 1,500 runs, every value of every hyperparameter, at least 225 test runs under
+    the default split (the runs the benchmark's intervals rest on)."""
+    from collections import Counter
+
+    from small_transformer_zoo.format.splits import assign_split
+
+    runs = preset_runs(task, PRESETS["wide"].for_task(task))
+    assert len(runs) >= 1500 and len({r.run_id for r in runs}) == len(runs)
+    assert {r.optimizer for r in runs} == set(OPTIMIZERS)
+    for optimizer in OPTIMIZERS:
+        for name, values in PAPER_GRID[FAMILY[optimizer]].items():
+            assert {getattr(r, name) for r in runs if r.optimizer == optimizer} == set(values), (optimizer, name)
+    assert Counter(assign_split(r.run_id) for r in runs)["test"] >= 225

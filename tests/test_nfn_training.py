@@ -94,3 +94,24 @@ def test_inputs_prepared_once_train_as_inputs_prepared_inside() -> None:
         assert torch.equal(a.model.head[1].weight, b.model.head[1].weight)
     with pytest.raises(ValueError, match="prepared validation inputs of \\[23\\] rows for 24 checkpoints"):
         fit((given[0], tuple(t[:23] for t in given[1])))
+
+
+@pytest.mark.parametrize("recipe", ["package", "paper"])
+def test_nfns_trained_together_under_vmap_train_as_each_alone(recipe: str) -> None:
+    """Several Transformer-NFNs in one `train_predictors` call (one `torch.func.vmap` over them, as the benchmark
+    trains seeds on a GPU) run the invariant layer's custom autograd functions batched and end as each trained
+    alone, loss for loss and weight for weight."""
+    train, validation = shifted_bias_weights(SPEC, 48, 6), shifted_bias_weights(SPEC, 16, 7)
+    configs = [TrainConfig(epochs=2, warmup_epochs=1, seed=seed, batch_size=16) for seed in (0, 1)]
+
+    def built(seed: int) -> TransformerNFN:
+        torch.manual_seed(seed)
+        return TransformerNFN(SPEC, recipe=recipe)
+
+    together = train_predictors([built(10), built(11)], SPEC, train, validation, configs)
+    for seed, config, joint in zip((10, 11), configs, together):
+        alone = train_predictors([built(seed)], SPEC, train, validation, [config])[0]
+        for a, b in zip(joint.history, alone.history):
+            assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4, abs=1e-6)
+        for (name, a), b in zip(joint.model.state_dict().items(), alone.model.state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5, msg=name)

@@ -64,24 +64,32 @@ class _ReluMeanOfGridSum(torch.autograd.Function):
     scale broadcast to [..., E], base [..., 1, J, K] shared over E (no gradient: the input weights). The mean and
     its gradient need only how many of each row's and column's entries are positive and the sum of `base` over
     the positive ones: the grid becomes its own sign mask in place, and the backward pass is a few small
-    products."""
+    products. Written in the `setup_context` form with a generated vmap rule, so `torch.func.vmap` (several
+    predictors trained together) runs it too; the counts travel as non-differentiable outputs."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, rows: torch.Tensor, columns: torch.Tensor, scale: torch.Tensor,
-                base: torch.Tensor) -> torch.Tensor:
-        shape = (*torch.broadcast_shapes(rows.shape[:-1], columns.shape[:-1]), rows.shape[-1], columns.shape[-1])
-        grid = torch.add(rows[..., :, None], columns[..., None, :], out=rows.new_empty(shape))   # contiguous
+    def forward(rows: torch.Tensor, columns: torch.Tensor, scale: torch.Tensor,
+                base: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        grid = (rows[..., :, None] + columns[..., None, :]).contiguous()
         positive = grid.addcmul_(scale[..., None, None], base).gt_(0)   # the grid's sign mask, in place
         per_row, per_column = positive.sum(-1), positive.sum(-2)
         base_sum = (positive.flatten(-2) @ base.flatten(-2).transpose(-1, -2)).squeeze(-1)
-        ctx.save_for_backward(per_row, per_column, base_sum)
-        ctx.count, ctx.scale_shape = grid.shape[-1] * grid.shape[-2], scale.shape
         # The sum of the positive entries, term by term: rows[j] counted per_row[j] times, and so on.
         total = (rows * per_row).sum(-1) + (columns * per_column).sum(-1) + scale * base_sum
-        return total / ctx.count
+        return total / (grid.shape[-1] * grid.shape[-2]), per_row, per_column, base_sum
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: tuple[torch.Tensor, ...]) -> None:
+        rows, columns, scale, _ = inputs
+        _, per_row, per_column, base_sum = output
+        ctx.mark_non_differentiable(per_row, per_column, base_sum)
+        ctx.save_for_backward(per_row, per_column, base_sum)
+        ctx.count, ctx.scale_shape = rows.shape[-1] * columns.shape[-1], scale.shape
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *_: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         per_row, per_column, base_sum = ctx.saved_tensors
         each = grad / ctx.count
         grad_scale = _sum_to(each * base_sum, ctx.scale_shape) if ctx.needs_input_grad[2] else None
@@ -91,18 +99,25 @@ class _ReluMeanOfGridSum(torch.autograd.Function):
 class _ReluRowMean(torch.autograd.Function):
     """mean over rows a of relu(grid[a, k] + shift[k]): grid [..., A, K], shift [..., K]. The shifted grid becomes
     its own sign mask in place (a float mask: the backward product then needs no cast), kept for the backward
-    pass with each column's count of positive entries."""
+    pass with each column's count of positive entries. vmap-able as `_ReluMeanOfGridSum` is."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, grid: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    def forward(grid: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, ...]:
         moved = (grid + shift[..., None, :]).relu_()
         out = moved.mean(-2)
         mask = moved.gt_(0)
-        ctx.save_for_backward(mask, mask.sum(-2))
-        return out
+        return out, mask, mask.sum(-2)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: tuple[torch.Tensor, ...]) -> None:
+        _, mask, per_column = output
+        ctx.mark_non_differentiable(mask, per_column)
+        ctx.save_for_backward(mask, per_column)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mask, per_column = ctx.saved_tensors
         each = grad / mask.shape[-2]
         return mask * each[..., None, :], each * per_column
@@ -291,9 +306,9 @@ class EquivariantLayer(nn.Module):
         a_wb = torch.einsum("bnaf,nfeo->nbaeo", a_feats, self.a_weight[..., 2:])
         o_out = torch.einsum("bnjf,nfe->bnej", o_feats, self.o_weight)
         rows = o_out + (s_out[..., 0] + self.wa_bias)[..., None]
-        wa_mean = _ReluMeanOfGridSum.apply(rows, a_wa, self.wa_identity[None, :, :, 0], x["W_A"])
+        wa_mean = _ReluMeanOfGridSum.apply(rows, a_wa, self.wa_identity[None, :, :, 0], x["W_A"])[0]
         shift = (s_out[..., 2 : 2 + d] + self.wb_bias).transpose(0, 1)           # [n, B, e, D]
-        wb_means = _ReluRowMean.apply(a_wb.flatten(-2), shift.flatten(-2)).view(shift.shape).transpose(0, 1)
+        wb_means = _ReluRowMean.apply(a_wb.flatten(-2), shift.flatten(-2))[0].view(shift.shape).transpose(0, 1)
         ba_mean = torch.relu(s_out[..., 1, None] + a_ba + self.ba_bias[..., None]).mean(-1)
         bb = torch.relu(s_out[..., 2 + d :] + self.bb_bias)
         return feature_vector(qk_out, vo_rows_out, wa_mean, wb_means, ba_mean, bb)
