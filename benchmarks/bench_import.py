@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from small_transformer_zoo.devices import usable_cores  # noqa: E402
 from small_transformer_zoo.original import import_original  # noqa: E402
-from small_transformer_zoo.original.synthetic import write_synthetic_release  # noqa: E402
+from small_transformer_zoo.testing.synthetic_release import write_synthetic_release  # noqa: E402
 
 RELEASE_CHECKPOINTS = 125_000
 

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from small_transformer_zoo import Zoo, load_dataset  # noqa: E402
-from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo  # noqa: E402
+from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo  # noqa: E402
 
 
 def raw_read(paths: list) -> int:

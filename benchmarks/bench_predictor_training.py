@@ -18,7 +18,8 @@ import torch
 
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
-from nfn_baselines.bench.benchmark import BATCHED_ON_CPU, tuning_trials
+from nfn_baselines.bench.benchmark import BATCHED_ON_CPU
+from nfn_baselines.bench.request import tuning_trials
 from nfn_baselines.models.predictors import get_predictor
 from nfn_baselines.models.train import TrainConfig, predict, train_predictor, train_predictors
 from small_transformer_zoo.format.architecture import mnist_spec

@@ -23,7 +23,7 @@ from datasets.utils.file_utils import xopen  # noqa: E402
 from small_transformer_zoo import Zoo, load_dataset  # noqa: E402
 from small_transformer_zoo.hub.download import streaming_root  # noqa: E402
 from small_transformer_zoo.hub.locate import ZooLocation  # noqa: E402
-from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo  # noqa: E402
+from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo  # noqa: E402
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ from nfn_baselines.bench.submission import write_submission
 from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, mnist_spec
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.original import import_original
-from small_transformer_zoo.original.synthetic import write_synthetic_release
-from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
+from small_transformer_zoo.testing.synthetic_release import write_synthetic_release
+from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
 
 REFUSED, DONE = "refused, clear error", "done, no harm"
 Attack = Callable[[Path, Path], str]
@@ -84,7 +84,7 @@ def metadata_link(work: Path, _: Path) -> str:
 def readme_fifo(work: Path, _: Path) -> str:
     (work / "root").mkdir()
     os.mkfifo(work / "root" / "README.md")
-    done = _in_subprocess("import sys; from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo; "
+    done = _in_subprocess("import sys; from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo; "
                           "write_synthetic_zoo(sys.argv[1], 'syn', runs=4, register=False)", str(work / "root"), timeout=60)
     if done is None:
         return "harm: the writer hangs"
@@ -96,7 +96,7 @@ def readme_fifo(work: Path, _: Path) -> str:
 def readme_zero(work: Path, _: Path) -> str:
     (work / "root").mkdir()
     (work / "root" / "README.md").symlink_to("/dev/zero")
-    code = ("import resource, sys; from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo; "
+    code = ("import resource, sys; from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo; "
             "write_synthetic_zoo(sys.argv[1], 'syn', runs=4, register=False); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     done = _in_subprocess(code, str(work / "root"), timeout=60)

@@ -26,7 +26,7 @@ from nfn_baselines.leaderboard.scoring import add_result, load_leaderboard
 from small_transformer_zoo import WeightSpaceCollator, WeightSpaceDataset, Zoo, ZooFormatError, ZooWriter, load_dataset
 from small_transformer_zoo import mnist_spec
 from small_transformer_zoo.original import import_original
-from small_transformer_zoo.original.synthetic import write_synthetic_release
+from small_transformer_zoo.testing.synthetic_release import write_synthetic_release
 
 WRITERS, EACH = 6, 5
 

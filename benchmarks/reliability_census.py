@@ -47,7 +47,7 @@ from common import WORK
 from tqdm import tqdm
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
-from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
+from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
 
 PATHS = ("fast path", "load_dataset", "streaming")
 CONSISTENT_PATHS = (*PATHS, "stz verify")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from small_transformer_zoo.devices import kernel_set
-from small_transformer_zoo.errors import ZooFormatError
+from small_transformer_zoo.errors import ZooArgumentError, ZooNotFoundError
 from small_transformer_zoo.format.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.store.files import atomic_write_json, check_real_folders, exclusive_lock
 
@@ -115,15 +115,15 @@ def merge_shards(request: BuildRequest, shard_dirs: list[str | Path], replace: b
     plan = build.plan
     existing = request.out / plan.config / MANIFEST_NAME
     if existing.exists() and not replace:
-        raise ZooFormatError(existing, "a zoo is already here; merging would replace it: pass --replace to do so, "
+        raise ZooArgumentError(existing, "a zoo is already here; merging would replace it: pass --replace to do so, "
                                        "or merge into another folder")
     part_dirs = []
     for folder in map(Path, shard_dirs):
         plan_path = build_dir(folder, plan.config) / PLAN_NAME
         if not plan_path.is_file():
-            raise ZooFormatError(plan_path, "no build plan here: not a shard output of this config")
+            raise ZooNotFoundError(plan_path, "no build plan here: not a shard output of this config")
         if json.loads(plan_path.read_text()) != plan.to_dict():
-            raise ZooFormatError(plan_path, "this shard was built with another plan")
+            raise ZooArgumentError(plan_path, "this shard was built with another plan")
         part_dirs.append(build_dir(folder, plan.config) / "parts")
     with exclusive_lock(request.out, plan.config, f"stz merge --preset {plan.preset}"):
         return assemble(build, part_dirs)

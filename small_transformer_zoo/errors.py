@@ -1,5 +1,18 @@
-"""Errors about data: a zoo that is missing, damaged or asked for something it does not have, and the base class
-the `stz` command maps to exit code 1 (a problem in the data or files it was given, as against a bad argument)."""
+"""Errors about data, by kind, under one base.
+
+`ZooFormatError` is the base of every error about a zoo: catching it catches them all, as code written before the
+kinds existed does. Its kinds say what went wrong, so a caller can tell them apart:
+
+| kind | what | also a |
+|---|---|---|
+| `ZooNotFoundError` | a zoo, config, split or file that is not there | `FileNotFoundError` |
+| `ZooArgumentError` | an argument the zoo cannot take (a config it is not, a name that needs a config) | `ValueError` |
+| `ZooDamagedError` | a file that is there but damaged, truncated or inconsistent with the others | `ValueError` |
+| `ZooHubError` | the Hub or the network failed, or answered with an error | |
+
+Every kind is a `DataError` (a `ValueError`): the base the `stz` command maps to exit code 1, a problem in the
+data or files it was given, as against a bad flag.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +27,8 @@ class DataError(ValueError):
 
 
 class ZooFormatError(DataError):
-    """A zoo file is missing, damaged or inconsistent; the message names the file and what is wrong."""
+    """The base of every zoo error: the message names the file (or name) and what is wrong. Raise one of its
+    kinds; catch it to catch them all."""
 
     def __init__(self, path: str | os.PathLike[str] | None, problem: str) -> None:
         self.path = None if path is None else os.fspath(path)
@@ -25,30 +39,53 @@ class ZooFormatError(DataError):
         """Pickled with its two arguments, so it crosses from a worker process intact."""
         return type(self), (self.path, self.problem)
 
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}" if self.path else self.problem
 
-class ZooReplacedError(ZooFormatError):
+
+class ZooNotFoundError(ZooFormatError, FileNotFoundError):
+    """A zoo, config, split or file asked for is not there (or, offline, not in the cache)."""
+
+
+class ZooArgumentError(ZooFormatError):
+    """An argument the zoo cannot take: a config that it is not, a name that needs a config, an ambiguous root."""
+
+
+class ZooDamagedError(ZooFormatError):
+    """A file is there but damaged, truncated, altered, or inconsistent with the manifest or the other files."""
+
+
+class ZooHubError(ZooFormatError):
+    """The Hub or the network failed, or the Hub answered with an error."""
+
+
+class ZooReplacedError(ZooNotFoundError):
     """A newer version replaced the zoo, and the files of the version a reader opened are gone; opening the zoo
     again gives the new version."""
 
 
-class LabelsWithheldError(ZooFormatError):
+class LabelsWithheldError(ZooArgumentError):
     """The zoo is a leaderboard's public copy: the metric columns asked for are withheld in this split."""
 
 
 @contextmanager
 def hub_errors(what: str, where: str | None = None, then: str = "",
                passthrough: type[Exception] | tuple[type[Exception], ...] = ()) -> Iterator[None]:
-    """A network failure or an error answer of the Hub inside the block becomes one ZooFormatError,
-    `<where>: <what> failed (<type>: <message>)<then>`; `passthrough` errors reach the caller as they are."""
+    """A network failure or an error answer of the Hub inside the block becomes one error,
+    `<where>: <what> failed (<type>: <message>)<then>`: a ZooNotFoundError for a repo, revision or file the Hub
+    does not have (or, offline, the cache lacks), a ZooHubError for the rest. `passthrough` errors, and zoo
+    errors raised inside, reach the caller as they are."""
     from httpx2 import HTTPError  # huggingface_hub's HTTP client: every network and HTTP error derives from it
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         yield
-    except passthrough:
+    except (ZooFormatError, *(passthrough if isinstance(passthrough, tuple) else (passthrough,))):
         raise
-    except (HTTPError, OSError) as exc:
-        raise ZooFormatError(where, f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())}){then}") \
-            from None
+    except (HTTPError, OSError, EntryNotFoundError) as exc:
+        missing = isinstance(exc, (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError))
+        kind = ZooNotFoundError if missing else ZooHubError
+        raise kind(where, f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())}){then}") from None
 
 
 _REMEDIES = {

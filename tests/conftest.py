@@ -29,6 +29,7 @@ os.environ.pop("STZ_REPO_ID", None)
 from small_transformer_zoo.testing import HubServer  # noqa: E402  (imports huggingface_hub: after HF_ENDPOINT)
 
 HUB = HubServer(_PORT)
+pytest_plugins = ["tests.slow_marker", "pytester"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,7 +65,7 @@ def stz_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def synthetic_root() -> Path:
     """A small synthetic zoo shared read-only by many tests (several shards per split)."""
-    from small_transformer_zoo.store.synthetic_zoo import write_synthetic_zoo
+    from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
 
     root = _SESSION_DIR / "synthetic-zoo"
     write_synthetic_zoo(root, "syn", runs=24, shard_size=10, register=False)

@@ -18,7 +18,8 @@ from builders.trainer import Recipe
 from small_transformer_zoo.format.architecture import ArchitectureSpec, text_spec
 from small_transformer_zoo.weights.model import ZooTransformer
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PROJECT = Path(__file__).resolve().parents[1]  # the repository root
+SHARED_DATA = PROJECT.parent / "shared" / "data"
 RUN_OPTIONS = ("dry_run", "progress", "executor", "log", "free_bytes")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from small_transformer_zoo.errors import ZooFormatError
+from small_transformer_zoo.errors import ZooNotFoundError
 
 from ..data import FASHION_MNIST_DIR, TaskData, hub_repo, load_hub_images, load_idx_folder
 from . import DataRequest, Task, register_task, vision_spec
@@ -16,7 +16,7 @@ def load(request: DataRequest) -> TaskData:
         return load_hub_images(repo, "fashion_mnist")
     folder = Path(request.data_dir) if request.data_dir else FASHION_MNIST_DIR
     if not folder.is_dir():
-        raise ZooFormatError(folder, "no Fashion-MNIST here: `apt-get install dataset-fashion-mnist` installs it "
+        raise ZooNotFoundError(folder, "no Fashion-MNIST here: `apt-get install dataset-fashion-mnist` installs it "
                                      "there, or pass --data-dir")
     return load_idx_folder(folder, "fashion_mnist", request.carve_from_test)
 

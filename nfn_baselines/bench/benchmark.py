@@ -1,7 +1,7 @@
 """The benchmark protocol (docs/design.md section 10): every model on the same splits and seeds, model selection on
 validation only, predictions of every split kept for scoring (`report`).
 
-For each condition of the data's protocol (`bench_data`) and each model: tree and floor models are fitted per
+For each condition of the data's protocol (`data`) and each model row of the request (`request`): tree and floor models are fitted per
 seed (once when they do not depend on the seed); neural models are trained per seed and, with `tune`, per trial
 of one small declared search (`tuning_trials`), the trial with the best mean validation score over seeds kept.
 Models of one small architecture train their seeds and trials together as one batched model
@@ -12,38 +12,24 @@ another there and together on a GPU.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from small_transformer_zoo.format.architecture import COMPONENTS
-
 from ..models.fitting import FitRequest
-from ..models.metrics import DEFAULT_THRESHOLDS
-from ..models.predictors import Predictor, default_predictors, get_predictor
+from ..models.predictors import Predictor, get_predictor
 from ..models.train import TrainConfig, predict_prepared, prepare, train_predictors, validation_score
 from .data import BenchData, Condition
+from .request import BenchRequest, ModelSpec
 from .resume import Fit, FitStore
 
-COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
-                      ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
-WIDTH_DEPTH_ABLATION = ((5, 1), (10, 1), (20, 1), (10, 2))
 SPLITS = ("train", "validation", "test")
 # Predictors whose copies train faster as one batched model on a CPU (benchmarks/bench_predictor_training.py:
 # about 5x for both STATNNs; the MLP, whose first layer reads all 18,506 weights, trains slower batched).
 BATCHED_ON_CPU = ("statnn", "statnn_invariant", "statnn_probe")
-
-
-@dataclass
-class ModelSpec:
-    """One row of the table: a registered predictor (`nfn_baselines.predictors`) and the settings it overrides."""
-
-    name: str
-    predictor: str
-    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,56 +47,19 @@ class BenchResult:
     resumed: int = 0                                                            # (model, condition)s from disk
 
 
-def model_specs(models: Sequence[str] | None = None, ablation: str | None = None) -> list[ModelSpec]:
-    """Rows of the table: the named predictors (default: every default one), then an ablation's NFN variants."""
-    names = default_predictors() if models is None else list(models)
-    out = [ModelSpec(get_predictor(m).name, m) for m in names]
-    if ablation == "components":
-        out += [ModelSpec(f"transformer_nfn[{'+'.join(c)}]", "transformer_nfn", {"components": c})
-                for c in COMPONENT_ABLATION if c != COMPONENTS]
-    elif ablation == "width-depth":
-        out += [ModelSpec(f"transformer_nfn[c={c},layers={n}]", "transformer_nfn", {"channels": c, "layers": n})
-                for c, n in WIDTH_DEPTH_ABLATION if (c, n) != (10, 1)]
-    elif ablation is not None:
-        raise ValueError(f"unknown ablation {ablation!r}; choose 'components' or 'width-depth'")
-    return out
-
-
-def expected_epochs(model: ModelSpec, epochs: int, seeds: int, tune: bool) -> int:
-    """The network-epochs one (model, condition) fit trains at most (early stopping may end it sooner): what the
-    progress of a benchmark is measured in. A tree or floor counts as one per seed it fits."""
-    predictor = get_predictor(model.predictor)
-    if predictor.kind != "neural":
-        return seeds if predictor.seeded else 1
-    trials = tuning_trials(epochs) if tune and not predictor.training else tuning_trials(epochs)[:1]
-    per = [int(predictor.training.get("epochs", t["epochs"])) for t in trials]
-    return sum(per) * seeds
-
-
-def tuning_trials(epochs: int) -> list[dict[str, Any]]:
-    """The declared search of `--tune`, the same for every neural model: learning rate, weight decay and epochs.
-    The first trial is the untuned default."""
-    return [{"lr": 1e-3, "weight_decay": 0.0, "epochs": epochs},
-            {"lr": 3e-4, "weight_decay": 0.0, "epochs": epochs},
-            {"lr": 3e-3, "weight_decay": 1e-4, "epochs": epochs},
-            {"lr": 1e-3, "weight_decay": 1e-2, "epochs": max(1, epochs // 2)}]
-
-
-def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int], epochs: int,
-                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-                  on_done: Callable[[str, str, int], None] | None = None, device: str = "cpu", n_jobs: int = 1,
-                  tune: bool = False, settings: dict[str, Any] | None = None,
-                  store: FitStore | None = None,
+def run_benchmark(data: BenchData, request: BenchRequest, store: FitStore | None = None,
+                  on_done: Callable[[str, str, int], None] | None = None,
                   on_epoch: Callable[[str, str], None] | None = None) -> BenchResult:
-    """Train and predict every model on every condition and seed. `settings` override every neural model's
-    training settings (`head_dropout`, `patience`, `weight_decay`, ...) and model settings alike. With a `store`
-    (`bench_resume`), a (model, condition) it holds is read back instead of trained, and every one trained is
-    kept there. `on_epoch(model, condition)`: one epoch of one network of a neural fit done."""
-    if not seeds:
+    """Train and predict every model row of `request` on every condition of `data` and every seed. The request's
+    `settings` override every neural model's training settings (`head_dropout`, `patience`, `weight_decay`, ...)
+    and model settings alike. With a `store` (`resume`), a (model, condition) it holds is read back instead of
+    trained, and every one trained is kept there. `on_done(model, condition, seeds)`: one fit done;
+    `on_epoch(model, condition)`: one epoch of one network of a neural fit done."""
+    if request.seeds < 1:
         raise ValueError("the benchmark needs at least one seed")
-    result = BenchResult(data, data.conditions(thresholds), list(seeds), models=[m.name for m in models],
-                         specs={m.name: m.predictor for m in models})
-    trials = tuning_trials(epochs) if tune else tuning_trials(epochs)[:1]
+    models = request.model_rows()
+    result = BenchResult(data, data.conditions(request.thresholds), request.seed_list(),
+                         models=[m.name for m in models], specs={m.name: m.predictor for m in models})
     for condition in result.conditions:
         if (shortfall := condition.shortfall()) is not None:
             result.skipped[condition.name] = shortfall
@@ -118,18 +67,18 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
         resumable = store is not None and shortfall is None
         for model in models:
             key = (model.name, condition.name)
-            stored = store.load(data.split_salt, *key, rows, len(seeds)) if resumable else None
+            stored = store.load(data.split_salt, *key, rows, request.seeds) if resumable else None
             if stored is not None:
                 result.fits[key], result.seconds[key] = stored.fits, stored.seconds
                 result.resumed += 1
-                if tune:
+                if request.tune:
                     result.untuned[key] = stored.untuned if stored.untuned is not None else stored.fits
                     if stored.trials is not None:
                         result.trials[key] = stored.trials
             else:
                 started = time.perf_counter()
                 tick = (lambda _, key=key: on_epoch(*key)) if on_epoch else None
-                _fit_model(result, model, condition, shortfall, trials, tune, device, n_jobs, settings or {}, tick)
+                _fit_model(result, request, model, condition, shortfall, tick)
                 result.seconds[key] = time.perf_counter() - started
                 if resumable:
                     untuned = result.untuned.get(key)  # the chosen fits themselves for trees and floors
@@ -137,16 +86,16 @@ def run_benchmark(data: BenchData, models: list[ModelSpec], seeds: Sequence[int]
                                untuned=None if untuned is result.fits[key] else untuned,
                                trials=result.trials.get(key), seconds=result.seconds[key])
             if on_done:
-                on_done(model.name, condition.name, len(seeds))
+                on_done(model.name, condition.name, request.seeds)
     return result
 
 
-def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shortfall: str | None,
-               trials: list[dict[str, Any]], tune: bool, device: str, n_jobs: int,
-               settings: dict[str, Any], progress: Callable[[dict[str, float]], None] | None = None) -> None:
+def _fit_model(result: BenchResult, request: BenchRequest, model: ModelSpec, condition: Condition,
+               shortfall: str | None, progress: Callable[[dict[str, float]], None] | None = None) -> None:
     """Train (or, for a condition too small, mark undefined) one model on one condition, into `result`."""
-    data, seeds, key = result.data, result.seeds, (model.name, condition.name)
+    data, seeds, key, tune = result.data, result.seeds, (model.name, condition.name), request.tune
     predictor = get_predictor(model.predictor)
+    trials = request.trials()
     if shortfall is not None:
         result.fits[key] = _undefined_fits(condition, data, seeds)
         if tune:
@@ -154,7 +103,7 @@ def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shor
     elif predictor.kind == "neural":
         if predictor.training:  # a fixed recipe: the search has nothing to vary
             trials = [{**trials[0], **{k: v for k, v in predictor.training.items() if k in trials[0]}}]
-        per_trial = _train_neural(predictor, model, condition, data, trials, seeds, device, settings, progress)
+        per_trial = _train_neural(predictor, model, condition, data, trials, request, progress)
         scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
         best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
         result.fits[key] = per_trial[best]
@@ -162,7 +111,7 @@ def _fit_model(result: BenchResult, model: ModelSpec, condition: Condition, shor
             result.untuned[key] = per_trial[0]
             result.trials[key] = [{**t, "mean_validation_score": s} for t, s in zip(trials, scores)]
     else:
-        result.fits[key] = _fit_table_model(predictor, model, condition, data, seeds, n_jobs)
+        result.fits[key] = _fit_table_model(predictor, model, condition, data, seeds, request.jobs)
         if tune:  # trees and floors keep their settings: tuned and untuned are the same fits
             result.untuned[key] = result.fits[key]
 
@@ -192,10 +141,10 @@ def _undefined_fits(condition: Condition, data: BenchData, seeds: list[int]) -> 
 
 
 def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,
-                  trials: list[dict[str, Any]], seeds: list[int], device: str,
-                  overrides: dict[str, Any], progress: Callable[[dict[str, float]], None] | None = None
-                  ) -> list[list[Fit]]:
+                  trials: list[dict[str, Any]], request: BenchRequest,
+                  progress: Callable[[dict[str, float]], None] | None = None) -> list[list[Fit]]:
     """Every (trial, seed) of a neural model: per trial, the fits of every seed."""
+    seeds, device, overrides = request.seed_list(), request.device, request.settings
     model_keys = set(predictor.settings)
     model_settings = {**predictor.settings, **model.settings,
                       **{k: v for k, v in overrides.items() if k in model_keys}}

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from small_transformer_zoo import Zoo, as_zoo
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.hub.opening import as_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.format.splits import FAMILY_KEYS, SPLIT_NAMES, SplitRule

@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .runs import BenchRequest
+from .request import BenchRequest
 
 
 class BenchProgress:

@@ -7,80 +7,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.devices import resolve_device
 from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json
 
 from .data import load_bench_data
 from .resume import FitStore
-from .benchmark import BenchResult, expected_epochs, model_specs, run_benchmark
-from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, defined
-from ..models.predictors import floor_predictors, get_predictor
+from .benchmark import BenchResult, run_benchmark
+from .request import BenchRequest
+from ..models.metrics import defined
+from ..models.predictors import get_predictor
 from .report import Report, plot_predictions, render_markdown, report_json, score
 from .submission import write_submission
-
-
-@dataclass
-class BenchRequest:
-    """Everything one `stz bench` run is asked (the command line's flags), with its defaults. `device` "auto" is
-    resolved here, once (CUDA when torch sees a GPU, else the CPU), as `BuildRequest` resolves a build's."""
-
-    models: list[str] | None = None
-    ablation: str | None = None
-    seeds: int = 5
-    epochs: int = 30
-    preprocess: str = "none"
-    protocol: str = "all-checkpoints"
-    epoch: int | None = None
-    where: dict[str, Any] = field(default_factory=dict)
-    target: str = "test_accuracy"
-    tune: bool = False
-    resplit: int = 0
-    train_runs: float = 1.0
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    device: str = "auto"
-    jobs: int = 1
-    resamples: int = BOOTSTRAP_RESAMPLES
-    bootstrap_seed: int = BOOTSTRAP_SEED
-    settings: dict[str, Any] = field(default_factory=dict)  # head_dropout, weight_decay, patience overrides
-    split_by: str | None = None      # "run" or "family": split the runs again with this unit (None: the zoo's own)
-    randomize: str | None = None     # a symmetry group whose random elements move every checkpoint first
-    floors: bool = False             # the reference rows (kind "floor") join named models (`stz bench` unless --no-floors)
-
-    def __post_init__(self) -> None:
-        self.device = str(resolve_device(self.device))
-        if self.models is not None and self.floors:
-            self.models = [*self.models, *(f for f in floor_predictors() if f not in self.models)]
-
-    def fit_count(self) -> int:
-        """The (model, condition) fits the run trains: every model row on every condition of every split."""
-        return len(model_specs(self.models, self.ablation)) * self._conditions()
-
-    def expected_epochs(self) -> dict[str, int]:
-        """Per model row, the network-epochs all its fits train at most (`benchmark.expected_epochs`): the unit
-        of a benchmark's progress and of its time estimate."""
-        return {m.name: expected_epochs(m, self.epochs, self.seeds, self.tune) * self._conditions()
-                for m in model_specs(self.models, self.ablation)}
-
-    def _conditions(self) -> int:
-        return (1 + (len(self.thresholds) if self.protocol == "paper" else 0)) * (1 + self.resplit)
-
-    def stem(self, config: str) -> str:
-        """The results' file name: the config, then what differs from the default run."""
-        parts = [config, "bench"]
-        parts += [self.protocol] if self.protocol != "all-checkpoints" else []
-        parts += [self.target] if self.target != "test_accuracy" else []
-        parts += ["tuned"] if self.tune else []
-        parts += [f"train{self.train_runs:g}"] if self.train_runs < 1 else []
-        parts += [f"split-by-{self.split_by}"] if self.split_by else []
-        parts += [f"randomized-{self.randomize}"] if self.randomize else []
-        return "-".join(parts)
 
 
 @dataclass
@@ -111,17 +54,13 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     """Run the benchmark on `zoo` and write its results under `out`. A run stopped before it wrote them resumes
     from the fits it had finished, unless `fresh`."""
     started = time.perf_counter()
-    models = model_specs(request.models, request.ablation)
-    seeds = list(range(request.seeds))
     store = bench_store(zoo, request, out)
     if fresh:
         store.clear()
     results: list[BenchResult] = []
 
     def bench(split_salt: str | None) -> BenchResult:
-        results.append(run_benchmark(_load(zoo, request, split_salt), models, seeds, request.epochs,
-                                     request.thresholds, on_done, request.device, request.jobs, request.tune,
-                                     request.settings, store, on_epoch))
+        results.append(run_benchmark(_load(zoo, request, split_salt), request, store, on_done, on_epoch))
         return results[-1]
 
     result = bench(None)
@@ -138,7 +77,7 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
         splits = [report] + [score(bench(f"resplit-{k}"), request.thresholds, request.resamples,
                                    request.bootstrap_seed) for k in range(1, request.resplit + 1)]
         spread = split_spread(splits)
-        markdown += "\n" + render_spread(spread, report.main, request.resplit, len(seeds))
+        markdown += "\n" + render_spread(spread, report.main, request.resplit, request.seeds)
         document["resplit"] = {"salts": [None] + [f"resplit-{k}" for k in range(1, request.resplit + 1)],
                                "models": spread}
     seconds = time.perf_counter() - started

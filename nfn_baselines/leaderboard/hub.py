@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from small_transformer_zoo import Zoo, as_zoo
+from small_transformer_zoo import Zoo
+from small_transformer_zoo.hub.opening import as_zoo
 from small_transformer_zoo.errors import DataError, hub_errors
 from small_transformer_zoo.format.manifest import package_version
 from small_transformer_zoo.format.selection import normalise_where, where_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError, ZooFormatError
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -14,13 +14,13 @@ def sha256_bytes(data: bytes) -> str:
 def check_sha256(digest: str, expected: str, path: object) -> None:
     """Raise ZooFormatError naming `path` unless the file's `digest` is the manifest's."""
     if digest != expected:
-        raise ZooFormatError(path, f"sha256 is {digest}, the manifest says {expected}: the file was altered or "
+        raise ZooDamagedError(path, f"sha256 is {digest}, the manifest says {expected}: the file was altered or "
                                    f"damaged")
 
 
 def check_size(size: int, expected: int, path: object) -> None:
     if size != expected:
-        raise ZooFormatError(path, f"size is {size} bytes, the manifest says {expected} "
+        raise ZooDamagedError(path, f"size is {size} bytes, the manifest says {expected} "
                                    f"({'truncated' if size < expected else 'extra bytes'})")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError
 
 HYPERPARAMETERS = ("optimizer", "learning_rate", "dropout", "w_init_std", "l2", "train_fraction")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")  # the values of `optimizer` (torch.optim's update rules)
@@ -124,7 +124,7 @@ def conform_metadata(table: pa.Table, where: str) -> pa.Table:
     its column's type and without nulls where the schema allows none; `where` names the file in errors."""
     missing = [name for name in COLUMNS if name not in table.column_names and name not in LATER_COLUMNS]
     if missing:
-        raise ZooFormatError(where, f"metadata lacks columns {missing}")
+        raise ZooDamagedError(where, f"metadata lacks columns {missing}")
     columns = []
     for field in METADATA_SCHEMA:
         if field.name not in table.column_names:
@@ -135,12 +135,12 @@ def conform_metadata(table: pa.Table, where: str) -> pa.Table:
             try:
                 data = data.cast(field.type, safe=True)
             except (pa.ArrowException, ValueError) as exc:
-                raise ZooFormatError(where, f"column {field.name!r} is {data.type}, not {field.type}, and does not "
+                raise ZooDamagedError(where, f"column {field.name!r} is {data.type}, not {field.type}, and does not "
                                             f"convert exactly ({' '.join(str(exc).split())[:120]})") from None
         if not field.nullable and data.null_count:
             first = table.column("checkpoint_id")[pc.index(pc.is_null(data), True).as_py()].as_py() \
                 if field.name != "checkpoint_id" and "checkpoint_id" in table.column_names else None
-            raise ZooFormatError(where, f"column {field.name!r} has {data.null_count} nulls (first at checkpoint "
+            raise ZooDamagedError(where, f"column {field.name!r} has {data.null_count} nulls (first at checkpoint "
                                         f"{first!r}); the format allows none")
         columns.append(data)
     return pa.Table.from_arrays(columns, schema=METADATA_SCHEMA)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError, ZooFormatError
 from .checksums import check_bytes
 from .metadata import METRICS, conform_metadata
 from .splits import FAMILY_KEYS, SplitRule
@@ -36,10 +36,10 @@ def load_checked_metadata(raw: bytes, manifest: dict[str, Any], split: str, wher
     try:
         table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
     except (pa.ArrowException, OSError) as exc:
-        raise ZooFormatError(where, f"not a readable Parquet file ({exc})") from None
+        raise ZooDamagedError(where, f"not a readable Parquet file ({exc})") from None
     table = conform_metadata(table, where)
     if table.num_rows != info["rows"]:
-        raise ZooFormatError(where, f"has {table.num_rows} rows, the manifest says {info['rows']}")
+        raise ZooDamagedError(where, f"has {table.num_rows} rows, the manifest says {info['rows']}")
     check_metadata_values(table, split, manifest["splits"], where, withheld_columns(info, where))
     check_references(table, [(s["path"], s["rows"]) for s in manifest["shards"] if s["split"] == split], where)
     return table
@@ -54,7 +54,7 @@ def check_duplicates(table: pa.Table, where: str) -> None:
     earlier: dict[str, str] = {}
     for checkpoint, digest, mark in zip(ids, digests, marks):
         if mark is not None and earlier.get(mark) != digest:
-            raise ZooFormatError(where, f"checkpoint {checkpoint!r}: duplicate_of is {mark!r}, which is not an "
+            raise ZooDamagedError(where, f"checkpoint {checkpoint!r}: duplicate_of is {mark!r}, which is not an "
                                         f"earlier checkpoint of this split with the same weights")
         earlier[checkpoint] = digest
 
@@ -66,7 +66,7 @@ def check_references(table: pa.Table, shards: list[tuple[str, int]], where: str)
     names = table.column("shard").to_pylist()
     unknown = sorted(set(names) - set(order))
     if unknown:
-        raise ZooFormatError(where, f"column 'shard' names shards {unknown[:3]} that the manifest does not list for "
+        raise ZooDamagedError(where, f"column 'shard' names shards {unknown[:3]} that the manifest does not list for "
                                     f"this split")
     rows = table.column("row").to_numpy()
     position = np.array([order[n][0] for n in names], dtype=np.int64)
@@ -75,23 +75,23 @@ def check_references(table: pa.Table, shards: list[tuple[str, int]], where: str)
     bad = np.nonzero((rows < 0) | (rows >= limit))[0]
     if bad.size:
         i = int(bad[0])
-        raise ZooFormatError(where, f"{bad.size} rows point past their shard's end, first: checkpoint "
+        raise ZooDamagedError(where, f"{bad.size} rows point past their shard's end, first: checkpoint "
                                     f"{ids[i].as_py()!r} -> {names[i]} row {rows[i]} (shard has {limit[i]} rows)")
     key = position * (int(limit.max(initial=0)) + 1) + rows
     if len(key) > 1:
         steps = np.diff(key)
         if (steps == 0).any():
             i = int(np.argmax(steps == 0)) + 1
-            raise ZooFormatError(where, f"checkpoints {ids[i - 1].as_py()!r} and {ids[i].as_py()!r} both point to "
+            raise ZooDamagedError(where, f"checkpoints {ids[i - 1].as_py()!r} and {ids[i].as_py()!r} both point to "
                                         f"{names[i]} row {rows[i]}: each row holds one checkpoint")
         if (steps < 0).any():
             i = int(np.argmax(steps < 0)) + 1
             seen = dict.fromkeys(zip(position.tolist(), rows.tolist()))
             if len(seen) != len(key):
                 twice = next(k for k, c in Counter(zip(position.tolist(), rows.tolist())).items() if c > 1)
-                raise ZooFormatError(where, f"two checkpoints point to {shards[twice[0]][0]} row {twice[1]}: each "
+                raise ZooDamagedError(where, f"two checkpoints point to {shards[twice[0]][0]} row {twice[1]}: each "
                                             f"row holds one checkpoint")
-            raise ZooFormatError(where, f"checkpoint {ids[i].as_py()!r} ({names[i]} row {rows[i]}) comes after "
+            raise ZooDamagedError(where, f"checkpoint {ids[i].as_py()!r} ({names[i]} row {rows[i]}) comes after "
                                         f"{ids[i - 1].as_py()!r} ({names[i - 1]} row {rows[i - 1]}): metadata rows "
                                         f"must be in storage order")
 
@@ -100,7 +100,7 @@ def withheld_columns(info: dict[str, Any], where: str) -> tuple[str, ...]:
     """The metric columns a public copy of a leaderboard zoo holds back in this split (docs/design.md section 10)."""
     withheld = info.get("withheld", [])
     if not isinstance(withheld, list) or not set(withheld) <= set(METRICS) or len(set(withheld)) != len(withheld):
-        raise ZooFormatError(where, f"the manifest's 'withheld' is {withheld!r}, not a list of metric columns "
+        raise ZooDamagedError(where, f"the manifest's 'withheld' is {withheld!r}, not a list of metric columns "
                                     f"{list(METRICS)}")
     return tuple(withheld)
 
@@ -113,22 +113,22 @@ def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any
     if pc.count_distinct(ids).as_py() != table.num_rows:
         counts = pc.value_counts(ids)
         twice = next(c["values"] for c in counts.to_pylist() if c["counts"] > 1)
-        raise ZooFormatError(where, f"checkpoint_id {twice!r} occurs more than once")
+        raise ZooDamagedError(where, f"checkpoint_id {twice!r} occurs more than once")
     wrong = pc.not_equal(table.column("split"), split)
     if pc.any(wrong).as_py():
         i = int(np.argmax(wrong.to_numpy(zero_copy_only=False)))
-        raise ZooFormatError(where, f"checkpoint {ids[i].as_py()!r} says split {table.column('split')[i].as_py()!r} "
+        raise ZooDamagedError(where, f"checkpoint {ids[i].as_py()!r} says split {table.column('split')[i].as_py()!r} "
                                     f"in the {split!r} metadata")
     if split_rule.get("fractions") is not None and split_rule.get("salt") is not None:
         check_split_units(table, split, SplitRule.from_manifest(split_rule), where)
     for column in withheld:
         if table.column(column).null_count != table.num_rows:
-            raise ZooFormatError(where, f"column {column!r} is withheld in split {split!r} but holds values")
+            raise ZooDamagedError(where, f"column {column!r} is withheld in split {split!r} but holds values")
     digests = table.column("params_digest")
     malformed = pc.invert(pc.fill_null(pc.match_substring_regex(digests, "^[0-9a-f]{32}$"), False))
     if pc.any(malformed).as_py():
         i = int(np.argmax(malformed.to_numpy(zero_copy_only=False)))
-        raise ZooFormatError(where, f"checkpoint {ids[i].as_py()!r}: params_digest is {digests[i].as_py()!r}, not "
+        raise ZooDamagedError(where, f"checkpoint {ids[i].as_py()!r}: params_digest is {digests[i].as_py()!r}, not "
                                     f"the 32 hex digits of its weights' BLAKE2b-128 (every checkpoint needs one)")
     check_duplicates(table, where)
     kept = ~table.column("diverged").to_numpy(zero_copy_only=False)
@@ -145,7 +145,7 @@ def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any
         if bad.any():
             i = int(np.argmax(bad))
             shown = "null" if data[i].as_py() is None else repr(float(values[i]))
-            raise ZooFormatError(where, f"checkpoint {ids[i].as_py()!r}: {column} is {shown}, not {rule} (the "
+            raise ZooDamagedError(where, f"checkpoint {ids[i].as_py()!r}: {column} is {shown}, not {rule} (the "
                                         f"checkpoint is not marked diverged)")
 
 
@@ -156,4 +156,4 @@ def check_split_units(table: pa.Table, split: str, rule: SplitRule, where: str) 
     for row in units:
         if (expected := rule.assign(row)) != split:
             unit = f"run {row['run_id']!r}" + (f" (family {rule.unit(row)!r})" if rule.by == "family" else "")
-            raise ZooFormatError(where, f"{unit} belongs to split {expected!r} by the zoo's split rule, not {split!r}")
+            raise ZooDamagedError(where, f"{unit} belongs to split {expected!r} by the zoo's split rule, not {split!r}")

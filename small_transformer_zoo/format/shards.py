@@ -21,7 +21,7 @@ import torch
 from safetensors.numpy import save as safetensors_save
 
 from .architecture import ParameterInfo
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError, ZooNotFoundError
 
 TENSOR_NAME = "params"
 MAX_HEADER_BYTES = 100 << 20
@@ -62,11 +62,11 @@ def read_checked_header(handle: BinaryIO, info: dict[str, Any], layout: list[Par
     header = read_header(handle, path, info["bytes"])
     n_params = sum(p.numel for p in layout)
     if header.rows != info["rows"] or header.n_params != n_params:
-        raise ZooFormatError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
+        raise ZooDamagedError(path, f"holds [{header.rows}, {header.n_params}], the manifest says "
                                    f"[{info['rows']}, {n_params}]")
     stated = header.metadata.get("layout")
     if stated is not None and stated != layout_json(layout):
-        raise ZooFormatError(path, "the parameter layout in the safetensors header differs from the manifest's "
+        raise ZooDamagedError(path, "the parameter layout in the safetensors header differs from the manifest's "
                                    "architecture")
     return header
 
@@ -81,7 +81,7 @@ def check_row_digests(block: np.ndarray, digests: Sequence[str], checkpoint_ids:
     """Each packed row of `block` [rows, n_params] against the `params_digest` its metadata row holds."""
     for values, digest, checkpoint in zip(block, digests, checkpoint_ids):
         if row_digest(values) != digest:
-            raise ZooFormatError(path, f"the weights of checkpoint {checkpoint!r} do not match their digest in the "
+            raise ZooDamagedError(path, f"the weights of checkpoint {checkpoint!r} do not match their digest in the "
                                        f"metadata: the shard was altered or damaged, or the metadata points to "
                                        f"another checkpoint's row")
 
@@ -101,35 +101,35 @@ def read_header(handle: BinaryIO, path: str, file_size: int | None = None) -> Sh
     """Parse and check a shard's safetensors header; `file_size`, when known, catches truncation."""
     prefix = handle.read(8)
     if len(prefix) != 8:
-        raise ZooFormatError(path, f"not a safetensors shard: file has {len(prefix)} bytes, header needs 8")
+        raise ZooDamagedError(path, f"not a safetensors shard: file has {len(prefix)} bytes, header needs 8")
     (header_len,) = struct.unpack("<Q", prefix)
     if header_len > MAX_HEADER_BYTES:
-        raise ZooFormatError(path, f"not a safetensors shard: header length {header_len} is implausible")
+        raise ZooDamagedError(path, f"not a safetensors shard: header length {header_len} is implausible")
     raw = handle.read(header_len)
     try:
         header = json.loads(raw)
         entry = header[TENSOR_NAME]
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        raise ZooFormatError(path, f"bad safetensors header ({type(exc).__name__}: {exc})") from None
+        raise ZooDamagedError(path, f"bad safetensors header ({type(exc).__name__}: {exc})") from None
     extra = sorted(set(header) - {TENSOR_NAME, "__metadata__"})
     if extra:
-        raise ZooFormatError(path, f"bad safetensors header: entries {extra[:3]} besides {TENSOR_NAME!r}")
+        raise ZooDamagedError(path, f"bad safetensors header: entries {extra[:3]} besides {TENSOR_NAME!r}")
     metadata = header.get("__metadata__") or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise ZooFormatError(path, "bad safetensors header: '__metadata__' must map strings to strings")
+        raise ZooDamagedError(path, "bad safetensors header: '__metadata__' must map strings to strings")
     if dtype != "F32" or not isinstance(shape, list) or len(shape) != 2 or not all(map(_is_count, shape)):
-        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' must be F32 [rows, n_params], got {dtype} {shape}")
+        raise ZooDamagedError(path, f"tensor '{TENSOR_NAME}' must be F32 [rows, n_params], got {dtype} {shape}")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)) or offsets[0] != 0:
-        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' data_offsets {offsets!r} must be [0, end] in bytes")
+        raise ZooDamagedError(path, f"tensor '{TENSOR_NAME}' data_offsets {offsets!r} must be [0, end] in bytes")
     rows, n_params = shape
     start, stop = 8 + header_len, 8 + header_len + offsets[1]
     if offsets[1] != rows * n_params * 4:
-        raise ZooFormatError(path, f"tensor '{TENSOR_NAME}' spans {offsets[1]} bytes, shape {shape} needs "
+        raise ZooDamagedError(path, f"tensor '{TENSOR_NAME}' spans {offsets[1]} bytes, shape {shape} needs "
                                    f"{rows * n_params * 4}")
     if file_size is not None and file_size != stop:
         problem = "truncated" if file_size < stop else "extra bytes"
-        raise ZooFormatError(path, f"{problem}: {file_size} bytes on disk, header says data ends at byte {stop}")
+        raise ZooDamagedError(path, f"{problem}: {file_size} bytes on disk, header says data ends at byte {stop}")
     return ShardHeader(rows, n_params, start, stop, metadata)
 
 
@@ -145,7 +145,7 @@ def open_header(path: str | os.PathLike[str]) -> ShardHeader:
         with open(path, "rb") as handle:
             return read_header(handle, path, size)
     except FileNotFoundError:
-        raise ZooFormatError(path, "weight shard is missing") from None
+        raise ZooNotFoundError(path, "weight shard is missing") from None
 
 
 def memmap_shard(source: str | os.PathLike[str] | BinaryIO, header: ShardHeader) -> torch.Tensor:
@@ -167,6 +167,6 @@ def read_rows(handle: BinaryIO, header: ShardHeader, start: int, stop: int) -> n
     want = (stop - start) * header.row_bytes
     data = handle.read(want)
     if len(data) != want:
-        raise ZooFormatError(getattr(handle, "path", None) or getattr(handle, "name", None),
+        raise ZooDamagedError(getattr(handle, "path", None) or getattr(handle, "name", None),
                              f"truncated: rows {start}..{stop} need {want} bytes, got {len(data)}")
     return np.frombuffer(data, dtype=np.float32).reshape(stop - start, header.n_params)

@@ -18,7 +18,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError, ZooFormatError
 from ..format.shards import check_row_digests
 from ..store.reader import ROW_CHECK_CHUNK
 from ..store.verification import is_stamped, stamp
@@ -60,11 +60,11 @@ def check_cached_split(data: datasets.Dataset, builder: Any, split: str) -> None
     where = f"the datasets cache of {builder.zoo_root}/{builder.config.name}/{split} ({folder})"
     remedy = f"the cache was altered or damaged after it was written: delete {folder} and load again"
     if data.num_rows != expected.num_rows:
-        raise ZooFormatError(where, f"holds {data.num_rows} rows, the zoo selects {expected.num_rows}; {remedy}")
+        raise ZooDamagedError(where, f"holds {data.num_rows} rows, the zoo selects {expected.num_rows}; {remedy}")
     table = data.data.table
     for column in expected.column_names:
         if not same_column(table.column(column), expected.column(column)):
-            raise ZooFormatError(where, f"column {column!r} differs from the zoo's metadata; {remedy}")
+            raise ZooDamagedError(where, f"column {column!r} differs from the zoo's metadata; {remedy}")
     for start in range(0, data.num_rows, ROW_CHECK_CHUNK):
         chunk = table.slice(start, ROW_CHECK_CHUNK)
         block = chunk.column("params").combine_chunks().flatten().to_numpy().reshape(chunk.num_rows, -1)
@@ -72,7 +72,7 @@ def check_cached_split(data: datasets.Dataset, builder: Any, split: str) -> None
         try:
             check_row_digests(block, digests, ids, where)
         except ZooFormatError as exc:
-            raise ZooFormatError(where, f"{exc.problem.split(':')[0]}; {remedy}") from None
+            raise ZooDamagedError(where, f"{exc.problem.split(':')[0]}; {remedy}") from None
 
 
 def same_column(got: pa.ChunkedArray, expected: pa.ChunkedArray) -> bool:

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from huggingface_hub import HfApi, snapshot_download
 
-from ..errors import ZooFormatError, hub_errors
+from ..errors import ZooDamagedError, ZooFormatError, ZooNotFoundError, hub_errors
 from ..format.manifest import MANIFEST_NAME, load_manifest_text
 from ..format.splits import SPLIT_NAMES
 from ..store.reader import Verify, Zoo
@@ -61,18 +61,18 @@ def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, t
                                        allow_patterns=[f"{config}/{MANIFEST_NAME}"], token=token))
         manifest_path = local / config / MANIFEST_NAME
         if not manifest_path.is_file():
-            raise ZooFormatError(where, offline or f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
+            raise ZooNotFoundError(where, offline or f"unknown config {config!r}: the repo has no {config}/{MANIFEST_NAME}")
         raw = manifest_path.read_bytes()
         if content_matches(raw, manifest_path.resolve().name) is False:
             evict_from_hub_cache(str(manifest_path), local)
-            raise ZooFormatError(manifest_path, "does not match its content address (a damaged download); removed "
+            raise ZooDamagedError(manifest_path, "does not match its content address (a damaged download); removed "
                                                 "from the Hugging Face cache, so the next load downloads it again")
         files = manifest_files(load_manifest_text(raw, str(manifest_path)), wanted)
         snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
                           allow_patterns=[f"{config}/{path}" for path in files], token=token)
         missing = [path for path in files if not (local / config / path).is_file()]
         if missing:
-            raise ZooFormatError(where, (offline.replace(f"config {config!r}", f"{len(missing)} files of config "
+            raise ZooNotFoundError(where, (offline.replace(f"config {config!r}", f"{len(missing)} files of config "
                                                                                f"{config!r}") if offline else
                                          f"{len(missing)} files its manifest names are not in the repo, first "
                                          f"{missing[0]}"))
@@ -127,7 +127,7 @@ def evicting_damaged(snapshot: Path | None, config: str | None, verb: str) -> It
             raise
         others = evict_damaged_files(snapshot, config) if config else []
         also = f" (and {len(others)} more damaged files of {config!r})" if others else ""
-        raise ZooFormatError(exc.path, f"{exc.problem}; removed from the Hugging Face cache{also}, so the next "
+        raise type(exc)(exc.path, f"{exc.problem}; removed from the Hugging Face cache{also}, so the next "
                                        f"{verb} downloads it again") from None
 
 

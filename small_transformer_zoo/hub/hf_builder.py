@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.builder import Key
 
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError, ZooNotFoundError
 from ..format.architecture import ArchitectureSpec
 from ..format.manifest import MANIFEST_NAME, load_manifest_text
 from ..format.metadata import METADATA_SCHEMA
@@ -51,9 +51,9 @@ def read_root_manifest(root: str, config: str, download_config: Any = None) -> t
         with open_hub_or_local(url, download_config) as handle:
             raw = handle.read()
     except FileNotFoundError:
-        raise ZooFormatError(url, f"unknown config {config!r}: no zoo manifest at this path") from None
+        raise ZooNotFoundError(url, f"unknown config {config!r}: no zoo manifest at this path") from None
     if content_matches(raw, getattr(handle, "content_address", None)) is False:
-        raise ZooFormatError(url, f"the bytes received do not match the Hub's content address "
+        raise ZooDamagedError(url, f"the bytes received do not match the Hub's content address "
                                   f"{handle.content_address} (a damaged transfer); load it again")
     return load_manifest_text(raw, url), raw
 
@@ -86,7 +86,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         else:  # a local root (or a Hub snapshot in the cache): one version of it, its files held open
             config_dir = Path(self.zoo_root) / config_name
             if not (config_dir / MANIFEST_NAME).is_file():
-                raise ZooFormatError(config_dir / MANIFEST_NAME, f"unknown config {config_name!r}: no zoo manifest "
+                raise ZooNotFoundError(config_dir / MANIFEST_NAME, f"unknown config {config_name!r}: no zoo manifest "
                                                                  f"at this path")
             self._snapshot = open_snapshot(config_dir)
             self.manifest, self.manifest_bytes = self._snapshot.manifest, self._snapshot.raw
@@ -96,7 +96,7 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         splits = kwargs.get("splits")
         unknown = sorted(set(splits or ()) - set(self.manifest["metadata"]))
         if unknown:
-            raise ZooFormatError(f"{self.zoo_root}/{config_name}",
+            raise ZooNotFoundError(f"{self.zoo_root}/{config_name}",
                                  f"unknown split {unknown[0]!r}; this zoo has {list(self.manifest['metadata'])}")
         super().__init__(config_name=config_name, hash=hashlib.sha256(self.manifest_bytes).hexdigest()[:16],
                          base_path=self.zoo_root, dataset_name="small_transformer_zoo", token=token, **kwargs)

@@ -1,4 +1,5 @@
-"""`load_dataset`: one entry point for a local root, a Hub repo id, or the short name `small-transformer-zoo`.
+"""`load_dataset`: a zoo as a `datasets` object, from a local root, a Hub repo id, or the short name
+`small-transformer-zoo` (`hub.opening.open_zoo` opens one as a `Zoo` instead).
 
 The short name means: a zoo built on this machine under that config (found offline through the local registry),
 otherwise the default Hub repo (`$STZ_REPO_ID` overrides it). From the Hub, only the files of the asked config
@@ -12,75 +13,20 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import datasets
-from huggingface_hub import HfApi
-
-from ..errors import ZooFormatError, hub_errors
+from ..errors import ZooFormatError, ZooNotFoundError
 from ..format.architecture import ArchitectureSpec
-from ..format.manifest import MANIFEST_NAME
 from ..format.selection import Selection
 from ..format.splits import SPLIT_NAMES
-from ..store.configs import choose_config, list_configs
-from ..store.reader import Verify, Zoo
+from ..store.reader import Verify
 from ..store.verification import check_verify_mode
 from .cached import check_cache
-from .download import CachedZoo, download_zoo, evicting_damaged, fetch_config, streaming_root
+from .download import download_zoo, evicting_damaged, streaming_root
 from .hf_builder import builder_for, zoo_features
-from .locate import ZooLocation, locate, resolve_zoo
-
-
-def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-              token: Any = None, verify: Verify = "once") -> list[Zoo]:
-    """The named config, or every config, of a zoo named as `locate` says (a local folder or config folder, a Hub
-    dataset repo id, or the short name); from the Hub only those configs' files are fetched (into the Hugging Face
-    cache, reused offline). `verify` is each `Zoo`'s default for its reads. Every problem is a DataError naming
-    what was asked for."""
-    location = locate(name_or_path, config, revision)
-    if location.kind == "local":
-        configs = [location.config] if location.config else list_configs(location.root)
-        return [Zoo.open(location.root, c, verify=verify) for c in configs]
-    if location.config is None:
-        commit, configs = _hub_configs(location.repo_id, revision, token)
-        location = replace(location, revision=commit)
-    else:
-        configs = [location.config]
-    with location.hinting():
-        return [CachedZoo.open(fetch_config(replace(location, config=c), token), c, verify=verify) for c in configs]
-
-
-def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-             token: Any = None, verify: Verify = "once") -> Zoo:
-    """One config of a zoo (`open_zoos`); `config` may be left out when the root has one."""
-    zoos = open_zoos(name_or_path, config, revision, token, verify)
-    if len(zoos) != 1:
-        choose_config([z.config for z in zoos], None, name_or_path)
-    return zoos[0]
-
-
-def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-           token: Any = None, verify: Verify = "once") -> Zoo:
-    """A Zoo given itself or by name (`open_zoo`), for functions that take either."""
-    if isinstance(zoo, Zoo):
-        if config not in (None, zoo.config):
-            raise ZooFormatError(zoo.dir, f"is config {zoo.config!r}, not {config!r}")
-        return zoo
-    return open_zoo(zoo, config, revision, token, verify)
-
-
-def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, list[str]]:
-    """The commit `revision` points at now and the configs it holds, so that every config is fetched from it."""
-    with hub_errors("no such folder, and reading it as a Hub dataset repo", repo_id):
-        api = HfApi()
-        commit = api.dataset_info(repo_id, revision=revision, token=token).sha or revision or "main"
-        files = api.list_repo_files(repo_id, repo_type="dataset", revision=commit, token=token)
-    configs = sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{MANIFEST_NAME}"))
-    if not configs:
-        raise ZooFormatError(repo_id, "the Hub dataset repo holds no zoo config (no <config>/zoo.json)")
-    return commit, configs
+from .locate import ZooLocation, resolve_zoo
 
 
 def _no_rows() -> Iterator[dict[str, Any]]:
@@ -181,7 +127,7 @@ def _split_names(split: str | None, streaming: bool) -> tuple[str, ...] | None:
     names = tuple(dict.fromkeys(re.findall(r"(?:^|\+)\s*(\w+)", split)))
     unknown = [n for n in names if n not in SPLIT_NAMES]
     if not names or unknown:
-        raise ZooFormatError(None, f"unknown split {split!r}; zoo splits are {list(SPLIT_NAMES)}, sliced as "
+        raise ZooNotFoundError(None, f"unknown split {split!r}; zoo splits are {list(SPLIT_NAMES)}, sliced as "
                                    f"'train[:10]', 'train[:50%]' or 'train+validation'")
     if streaming:
         raise ValueError(f"split {split!r}: a stream cannot be sliced; stream a split and use .take(n) or "

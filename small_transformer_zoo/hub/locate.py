@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ZooFormatError
+from ..errors import ZooArgumentError, ZooFormatError, ZooNotFoundError
 from ..format.manifest import MANIFEST_NAME
 from ..store.configs import choose_config, list_configs
 from ..store.local_index import SHORT_NAME, default_repo_id, find_local_zoo, registered_configs
@@ -41,7 +41,7 @@ class ZooLocation:
         except ZooFormatError as exc:
             if not self.hint:
                 raise
-            raise ZooFormatError(exc.path, f"{exc.problem}; {self.hint}") from None
+            raise type(exc)(exc.path, f"{exc.problem}; {self.hint}") from None
 
 
 def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
@@ -55,16 +55,16 @@ def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
     if path.is_dir():
         if (path / MANIFEST_NAME).is_file():
             if config not in (None, path.name):
-                raise ZooFormatError(path, f"is the config folder of {path.name!r}, not of {config!r}")
+                raise ZooArgumentError(path, f"is the config folder of {path.name!r}, not of {config!r}")
             return ZooLocation("local", str(path.parent), path.name)
         configs = list_configs(path)
         return ZooLocation("local", text, None if config is None and len(configs) > 1 else
                            choose_config(configs, config, path))
     if path.exists():
-        raise ZooFormatError(path, "is a file, not a zoo folder")
+        raise ZooArgumentError(path, "is a file, not a zoo folder")
     if text == SHORT_NAME:
         if config is None:
-            raise ZooFormatError(text, "the short name stands for one config: choose it with argument `config`")
+            raise ZooArgumentError(text, "the short name stands for one config: choose it with argument `config`")
         local = find_local_zoo(config) if revision is None else None
         if local is not None:
             return ZooLocation("local", str(local), config)
@@ -72,7 +72,7 @@ def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
         return ZooLocation("hub", f"hf://datasets/{repo_id}", config, repo_id, revision,
                            _registered_hint(config, repo_id))
     if not HUB_REPO_ID.fullmatch(text):
-        raise ZooFormatError(text, "no such folder, and not a Hub dataset repo id of the form 'owner/name'")
+        raise ZooNotFoundError(text, "no such folder, and not a Hub dataset repo id of the form 'owner/name'")
     return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
 
 
@@ -97,7 +97,7 @@ def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,
     if location.config is None:
         where = location.repo_id or location.root
         if location.kind == "hub":
-            raise ZooFormatError(where, "choose a config with argument `config` (a Hub repo's configs are listed "
+            raise ZooArgumentError(where, "choose a config with argument `config` (a Hub repo's configs are listed "
                                         "by open_zoos and `stz info`)")
         choose_config(list_configs(location.root), None, where)
     return location

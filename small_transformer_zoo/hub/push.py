@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from ..errors import ZooFormatError, hub_errors
+from ..errors import ZooDamagedError, ZooNotFoundError, hub_errors
 from ..store.files import exclusive_lock
 from ..format.manifest import MANIFEST_NAME
 from ..store.reader import Zoo
@@ -30,7 +30,7 @@ def push_zoo(root: str | os.PathLike[str], repo_id: str, *, token: Any = None, p
     root = Path(root)
     configs = list_configs(root)
     if not configs:
-        raise ZooFormatError(root, "holds no zoo config (no <config>/zoo.json); nothing to push")
+        raise ZooNotFoundError(root, "holds no zoo config (no <config>/zoo.json); nothing to push")
     with ExitStack() as locks:  # no build or import may replace a config while its files are uploaded
         for config in configs:
             locks.enter_context(exclusive_lock(root, config, f"stz push to {repo_id}"))
@@ -44,7 +44,7 @@ def _push_locked(root: Path, configs: list[str], repo_id: str, token: Any, priva
     zoos = [Zoo.open(root, config) for config in configs]
     problems = [p for zoo in zoos for p in zoo.verify()]
     if problems:
-        raise ZooFormatError(root, f"refusing to push: `stz verify` finds {len(problems)} problems, first: "
+        raise ZooDamagedError(root, f"refusing to push: `stz verify` finds {len(problems)} problems, first: "
                                    f"{problems[0]}")
     write_root_card(root, repo_id)
     api = HfApi(token=token)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
-from ..errors import ZooFormatError
+from ..errors import ZooFormatError, ZooHubError
 
 HF_URL = re.compile(r"^hf://datasets/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
 TIMEOUT_SECONDS = 15.0
@@ -118,7 +118,7 @@ class RemoteFile:
             if size < 0 or len(data) == size or _reaches_end(response.headers.get("Content-Range"), len(data)):
                 return data  # all of it, or all there is (a short file is the caller's to judge)
             problem = f"got {len(data)} of {size} bytes"
-        raise ZooFormatError(self.name, f"reading {byte_range} failed after {self.attempts} attempts ({problem})")
+        raise ZooHubError(self.name, f"reading {byte_range} failed after {self.attempts} attempts ({problem})")
 
     def close(self) -> None:
         return None

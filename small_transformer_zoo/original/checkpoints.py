@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..format.architecture import ArchitectureSpec
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError
 from ..weights.model import sinusoidal_positions
 
 POSITIONS = "embedding.pos_embedding"
@@ -38,17 +38,17 @@ def load_state_dict(data: bytes, where: str) -> dict[str, torch.Tensor]:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first_line = (str(exc).splitlines() or [""])[0]
-        raise ZooFormatError(where, f"refused: holds objects other than tensors, and nothing of it was run "
+        raise ZooDamagedError(where, f"refused: holds objects other than tensors, and nothing of it was run "
                                     f"({first_line})") from None
     except Exception as exc:  # torch raises many types for damaged files
         first_line = (str(exc).splitlines() or [""])[0]
-        raise ZooFormatError(where, f"cannot be read by torch.load ({type(exc).__name__}: {first_line})") from None
+        raise ZooDamagedError(where, f"cannot be read by torch.load ({type(exc).__name__}: {first_line})") from None
     if not isinstance(state, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                  for k, v in state.items()):
-        raise ZooFormatError(where, f"holds a {type(state).__name__}, not a state_dict of named tensors")
+        raise ZooDamagedError(where, f"holds a {type(state).__name__}, not a state_dict of named tensors")
     for name, tensor in state.items():
         if tensor.layout != torch.strided or tensor.dtype != torch.float32:
-            raise ZooFormatError(where, f"tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')} "
+            raise ZooDamagedError(where, f"tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')} "
                                         f"({str(tensor.layout).removeprefix('torch.')}); the zoo stores dense float32 "
                                         f"weights, and converting it would change them")
     return dict(state)
@@ -74,7 +74,7 @@ def position_table(tensor: torch.Tensor, where: str) -> torch.Tensor:
     while table.dim() > 2 and table.shape[0] == 1:
         table = table[0]
     if table.dim() != 2:
-        raise ZooFormatError(where, f"{POSITIONS} has shape {tuple(tensor.shape)}, not [tokens, d_model]")
+        raise ZooDamagedError(where, f"{POSITIONS} has shape {tuple(tensor.shape)}, not [tokens, d_model]")
     return table
 
 
@@ -86,7 +86,7 @@ def infer_spec(state: Mapping[str, torch.Tensor], frozen: Mapping[str, torch.Ten
     def one(column: str) -> Any:
         values = columns.get(column, set()) - {None}
         if len(values) > 1:
-            raise ZooFormatError(where, f"column {column!r} takes several values {sorted(map(str, values))}; a zoo "
+            raise ZooDamagedError(where, f"column {column!r} takes several values {sorted(map(str, values))}; a zoo "
                                         f"has one architecture")
         return next(iter(values), None)
 
@@ -95,13 +95,13 @@ def infer_spec(state: Mapping[str, torch.Tensor], frozen: Mapping[str, torch.Ten
         hidden = state["encoder.0.fc1.weight"]
         head = state["classifier.fc2.weight"]
     except KeyError as exc:
-        raise ZooFormatError(where, f"lacks tensor {exc.args[0]!r}: not a checkpoint of the release's transformer; "
+        raise ZooDamagedError(where, f"lacks tensor {exc.args[0]!r}: not a checkpoint of the release's transformer; "
                                     f"names seen: {sorted(state)[:6]}") from None
     inner, d_model = queries.shape
     blocks = len({name.split(".")[1] for name in state if name.startswith("encoder.")})
     heads = int(one("n_attention_heads") or PAPER_HEADS)
     if inner % heads:
-        raise ZooFormatError(where, f"{inner} attention features do not split into {heads} heads")
+        raise ZooDamagedError(where, f"{inner} attention features do not split into {heads} heads")
     positions = frozen[POSITIONS]
     common = dict(num_classes=int(head.shape[0]), d_model=int(d_model), num_heads=heads, d_head=inner // heads,
                   d_mlp=int(hidden.shape[0]), num_blocks=blocks)
@@ -119,9 +119,9 @@ def infer_spec(state: Mapping[str, torch.Tensor], frozen: Mapping[str, torch.Ten
     for column, value in stated.items():
         said = one(column)
         if said is not None and str(said) != str(value) and not _same_number(said, value):
-            raise ZooFormatError(where, f"column {column!r} says {said}, the checkpoint files hold {value}")
+            raise ZooDamagedError(where, f"column {column!r} says {said}, the checkpoint files hold {value}")
     if tuple(positions.shape) != (spec.num_tokens, spec.d_model):
-        raise ZooFormatError(where, f"{POSITIONS} has shape {tuple(positions.shape)}; the architecture has "
+        raise ZooDamagedError(where, f"{POSITIONS} has shape {tuple(positions.shape)}; the architecture has "
                                     f"{spec.num_tokens} tokens of {spec.d_model}")
     return spec
 
@@ -141,7 +141,7 @@ def zoo_weights(state: Mapping[str, torch.Tensor], frozen: Mapping[str, torch.Te
         if name in frozen:
             shared = frozen[name]
             if not torch.equal(position_table(tensor, where) if name == POSITIONS else tensor, shared):
-                raise ZooFormatError(where, f"{name} differs from the release's shared copy; it is fixed in "
+                raise ZooDamagedError(where, f"{name} differs from the release's shared copy; it is fixed in "
                                             f"every checkpoint of the release")
             continue
         ours = zoo_name(name)
@@ -150,7 +150,7 @@ def zoo_weights(state: Mapping[str, torch.Tensor], frozen: Mapping[str, torch.Te
         else:
             out[ours] = tensor
     if unknown:
-        raise ZooFormatError(where, f"holds tensors the release's transformer does not have: {unknown[:5]}")
+        raise ZooDamagedError(where, f"holds tensors the release's transformer does not have: {unknown[:5]}")
     return out
 
 
@@ -160,11 +160,11 @@ def frozen_tables(first: Mapping[str, torch.Tensor], embedding: Mapping[str, tor
     if embedding is not None:
         missing = [k for k in (WORD_TABLE, POSITIONS) if k not in embedding]
         if missing:
-            raise ZooFormatError(embedding_where, f"lacks {missing}; holds {sorted(embedding)}")
+            raise ZooDamagedError(embedding_where, f"lacks {missing}; holds {sorted(embedding)}")
         return {WORD_TABLE: embedding[WORD_TABLE].detach().to(torch.float32),
                 POSITIONS: position_table(embedding[POSITIONS], str(embedding_where))}
     if POSITIONS not in first:
-        raise ZooFormatError(first_where, f"holds no {POSITIONS} and the release has no embedding.pt: neither a "
+        raise ZooDamagedError(first_where, f"holds no {POSITIONS} and the release has no embedding.pt: neither a "
                                           f"vision nor a text checkpoint of the release")
     return {POSITIONS: position_table(first[POSITIONS], first_where)}
 

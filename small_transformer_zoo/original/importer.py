@@ -25,7 +25,7 @@ from safetensors.numpy import save as safetensors_save
 
 from ..format.architecture import ArchitectureSpec
 from ..devices import usable_cores
-from ..errors import ZooFormatError
+from ..errors import ZooArgumentError, ZooDamagedError
 from ..format.checksums import sha256_bytes
 from ..format.manifest import MANIFEST_NAME, check_new_config_name, load_manifest
 from ..store.files import atomic_write_bytes, atomic_write_json, exclusive_lock
@@ -74,7 +74,7 @@ def import_original(source: str | os.PathLike[str], out_root: str | os.PathLike[
         absent = [row for row in rows if row.file_name not in release.checkpoints]
         if absent:
             more = f" ({len(absent)} rows name files that are not there)" if len(absent) > 1 else ""
-            raise ZooFormatError(csv_where, f"line {absent[0].line} names {absent[0].file_name!r}, which is not in "
+            raise ZooDamagedError(csv_where, f"line {absent[0].line} names {absent[0].file_name!r}, which is not in "
                                             f"{release.where(release.folder)}{more}")
         listed = {row.file_name for row in rows}
         files_without_row = sum(1 for name in release.checkpoints if name not in listed)
@@ -181,7 +181,7 @@ def _claim(work: Path, plan: dict[str, Any]) -> None:
         except (OSError, ValueError):
             earlier = None
         if earlier != plan:
-            raise ZooFormatError(work, "holds the parts of another import (another CSV, part size or architecture); "
+            raise ZooArgumentError(work, "holds the parts of another import (another CSV, part size or architecture); "
                                        "delete this folder to start over")
     else:
         atomic_write_json(path, plan)

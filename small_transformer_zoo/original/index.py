@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
-from ..errors import ZooFormatError
+from ..errors import ZooDamagedError
 from ..format.metadata import checkpoint_id_for
 
 FILE_NAME = re.compile(r"^(?P<run>[A-Za-z0-9]+)_(?P<epoch>\d+|best1?)_(?P<acc>\d+)\.pt$")
@@ -43,7 +43,7 @@ def parse_checkpoint_name(name: str) -> tuple[str, str, int]:
     """`<run>_<epoch>_<acc>.pt` -> (run id, epoch label, accuracy x 10,000 as an integer)."""
     match = FILE_NAME.match(name)
     if not match:
-        raise ZooFormatError(name, "file name is not <run>_<epoch>_<acc>.pt (run letters and digits, epoch a "
+        raise ZooDamagedError(name, "file name is not <run>_<epoch>_<acc>.pt (run letters and digits, epoch a "
                                    "number, best or best1, acc = int(accuracy * 10000))")
     return match["run"], match["epoch"], int(match["acc"])
 
@@ -68,13 +68,13 @@ def read_index(data: bytes, where: str) -> tuple[list[IndexRow], dict[str, set[A
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ZooFormatError(where, f"not UTF-8 text ({exc})") from None
+        raise ZooDamagedError(where, f"not UTF-8 text ({exc})") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = [h for h in (reader.fieldnames or []) if h]
     accuracy = next((c for c in ACCURACY_COLUMNS if c in header), None)
     missing = [c for c in REQUIRED_COLUMNS if c not in header] + ([] if accuracy else [" or ".join(ACCURACY_COLUMNS)])
     if missing:
-        raise ZooFormatError(where, f"lacks columns {missing}; its columns are {header}")
+        raise ZooDamagedError(where, f"lacks columns {missing}; its columns are {header}")
     typed = {field: next((c for c in names if c in header), None) for field, names in TYPED_COLUMNS.items()}
     rest = [c for c in header if c != accuracy and c not in typed.values()]
     rows, by_file, by_id = [], {}, {}
@@ -85,11 +85,11 @@ def read_index(data: bytes, where: str) -> tuple[list[IndexRow], dict[str, set[A
             values[column].add(config_value(record.get(column) or ""))
         for seen, key in ((by_file, row.file_name), (by_id, row.metadata["checkpoint_id"])):
             if key in seen:
-                raise ZooFormatError(where, f"lines {seen[key]} and {line} both describe checkpoint {key!r}")
+                raise ZooDamagedError(where, f"lines {seen[key]} and {line} both describe checkpoint {key!r}")
             seen[key] = line
         rows.append(row)
     if not rows:
-        raise ZooFormatError(where, "has no rows")
+        raise ZooDamagedError(where, "has no rows")
     return rows, values
 
 
@@ -97,17 +97,17 @@ def _row(record: dict[str, str], line: int, where: str, accuracy_column: str, ty
          rest: list[str]) -> IndexRow:
     here = f"{where}:{line}"
     if None in record:
-        raise ZooFormatError(here, "has more cells than the header has columns")
+        raise ZooDamagedError(here, "has more cells than the header has columns")
     file_name = PureWindowsPath(PurePosixPath(record["ckpt_file"]).name).name
     run, file_epoch, file_accuracy = parse_checkpoint_name(file_name)
     epoch_label = _epoch_label(record["ckpt_epoch"], here)
     if epoch_label != file_epoch:
-        raise ZooFormatError(here, f"ckpt_epoch {record['ckpt_epoch']!r} disagrees with its file {file_name!r}")
+        raise ZooDamagedError(here, f"ckpt_epoch {record['ckpt_epoch']!r} disagrees with its file {file_name!r}")
     accuracy = _number(record[accuracy_column], here, accuracy_column)
     if not 0.0 <= accuracy <= 1.0:
-        raise ZooFormatError(here, f"column {accuracy_column!r}: {record[accuracy_column]!r} is not a fraction in [0, 1]")
+        raise ZooDamagedError(here, f"column {accuracy_column!r}: {record[accuracy_column]!r} is not a fraction in [0, 1]")
     if abs(accuracy * 10000 - file_accuracy) > 1.01:
-        raise ZooFormatError(here, f"column {accuracy_column!r}: {record[accuracy_column]!r} disagrees with the "
+        raise ZooDamagedError(here, f"column {accuracy_column!r}: {record[accuracy_column]!r} disagrees with the "
                                    f"accuracy {file_accuracy} / 10000 in its file name {file_name!r}")
     is_best = not epoch_label.isdigit()
     epoch = BEST_EPOCH if is_best else int(epoch_label)
@@ -122,7 +122,7 @@ def _row(record: dict[str, str], line: int, where: str, accuracy_column: str, ty
         elif field == "seed":
             seed = _number(cell, here, column)
             if seed != int(seed):
-                raise ZooFormatError(here, f"column {column!r}: {cell!r} is not an integer seed")
+                raise ZooDamagedError(here, f"column {column!r}: {cell!r} is not an integer seed")
             metadata[field] = int(seed)
         else:
             metadata[field] = _number(cell, here, column)
@@ -136,14 +136,14 @@ def _epoch_label(text: str, where: str) -> str:
         return str(int(float(label)))
     if label in ("best", "best1"):
         return label
-    raise ZooFormatError(where, f"ckpt_epoch {text!r} is neither an epoch number nor best/best1")
+    raise ZooDamagedError(where, f"ckpt_epoch {text!r} is neither an epoch number nor best/best1")
 
 
 def _number(text: str, where: str, column: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ZooFormatError(where, f"column {column!r}: {text!r} is not a number") from None
+        raise ZooDamagedError(where, f"column {column!r}: {text!r} is not a number") from None
     if not math.isfinite(value):
-        raise ZooFormatError(where, f"column {column!r}: {text!r} is not a finite number")
+        raise ZooDamagedError(where, f"column {column!r}: {text!r} is not a finite number")
     return value

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import ZooFormatError
+from ..errors import ZooArgumentError, ZooDamagedError, ZooHubError, ZooNotFoundError
 
 HUB_ADDRESSES = ("hf://", "https://huggingface.co/")
 # Dataset names of the release (the CSV's stem) and the task names this package uses for them.
@@ -40,11 +40,11 @@ class Release:
             found = [m for m in found if TASK_OF_DATASET.get(m["dataset"], m["dataset"]) == task]
         if not found:
             wanted = f" for task {task!r}" if task else ""
-            raise ZooFormatError(source, f"no metadata/<dataset>.csv{wanted} at its top or one or two folders down: "
+            raise ZooNotFoundError(source, f"no metadata/<dataset>.csv{wanted} at its top or one or two folders down: "
                                          f"not the authors' release layout")
         if len(found) > 1:
             tasks = sorted(TASK_OF_DATASET.get(m["dataset"], m["dataset"]) for m in found)
-            raise ZooFormatError(source, f"holds several releases (tasks {tasks}); choose one with --task")
+            raise ZooArgumentError(source, f"holds several releases (tasks {tasks}); choose one with --task")
         match = found[0]
         self.dataset = match["dataset"]
         self.task = TASK_OF_DATASET.get(self.dataset, self.dataset)
@@ -60,7 +60,7 @@ class Release:
             if base == EMBEDDING_FILE:
                 self.embedding_member = name
             elif base in self.checkpoints:
-                raise ZooFormatError(source, f"two checkpoint files named {base!r}: {self.checkpoints[base]} and "
+                raise ZooDamagedError(source, f"two checkpoint files named {base!r}: {self.checkpoints[base]} and "
                                              f"{name}")
             else:
                 self.checkpoints[base] = name
@@ -130,12 +130,12 @@ class _FolderReader(_Reader):
     def read(self, member: str, limit: int) -> bytes:
         path = self.root / member
         if not path.resolve().is_relative_to(self.root.resolve()):
-            raise ZooFormatError(path, f"is a link to {path.resolve()}, outside the release folder; copy the file "
+            raise ZooDamagedError(path, f"is a link to {path.resolve()}, outside the release folder; copy the file "
                                        f"into the release")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ZooFormatError(path, "is not a regular file")
+                raise ZooDamagedError(path, "is not a regular file")
             return _bounded(handle, limit, self.where(member))
 
 
@@ -145,7 +145,7 @@ class _ZipReader(_Reader):
         try:
             self.zip = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as exc:
-            raise ZooFormatError(path, f"not a readable zip file ({exc})") from None
+            raise ZooDamagedError(path, f"not a readable zip file ({exc})") from None
 
     def members(self) -> list[str]:
         return sorted(info.filename for info in self.zip.infolist() if not info.is_dir())
@@ -160,7 +160,7 @@ class _ZipReader(_Reader):
     def read(self, member: str, limit: int) -> bytes:
         declared = self.zip.getinfo(member).file_size
         if declared > limit:
-            raise ZooFormatError(self.where(member), f"declares {declared:,} bytes, more than the {limit:,} a member "
+            raise ZooDamagedError(self.where(member), f"declares {declared:,} bytes, more than the {limit:,} a member "
                                                      f"of the release may have")
         with self.zip.open(member) as handle:
             return _bounded(handle, limit, self.where(member))
@@ -180,7 +180,7 @@ def _bounded(handle: Any, limit: int, where: str) -> bytes:
     while chunk := handle.read(READ_CHUNK):
         total += len(chunk)
         if total > limit:
-            raise ZooFormatError(where, f"holds more than the {limit:,} bytes a member of the release may have")
+            raise ZooDamagedError(where, f"holds more than the {limit:,} bytes a member of the release may have")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -190,7 +190,7 @@ def read_member(reader: _Reader, member: str, limit: int = CHECKPOINT_LIMIT) -> 
     try:
         return reader.read(member, limit)
     except (OSError, KeyError, zipfile.BadZipFile) as exc:
-        raise ZooFormatError(reader.where(member), f"cannot be read ({exc})") from None
+        raise ZooDamagedError(reader.where(member), f"cannot be read ({exc})") from None
 
 
 def hub_zip(address: str) -> Path:
@@ -203,16 +203,16 @@ def hub_zip(address: str) -> Path:
     try:
         uri = parse_hf_uri(address)
     except HfUriError as exc:
-        raise ZooFormatError(address, f"not a Hub address ({exc})") from None
+        raise ZooArgumentError(address, f"not a Hub address ({exc})") from None
     if uri.type != "dataset" or not uri.path_in_repo.endswith(".zip"):
-        raise ZooFormatError(address, "a Hub release is a zip in a dataset repo: hf://datasets/<owner>/<name>/<file>.zip"
+        raise ZooArgumentError(address, "a Hub release is a zip in a dataset repo: hf://datasets/<owner>/<name>/<file>.zip"
                                       ", e.g. hf://datasets/anonymized-acamedia/Small-Transformer-Zoo/"
                                       "MNIST-Transformers.zip")
     try:
         return Path(hf_hub_download(uri.id, uri.path_in_repo, repo_type="dataset", revision=uri.revision))
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as exc:
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ZooFormatError(address, f"cannot download it from the Hub ({first_line})") from None
+        raise ZooHubError(address, f"cannot download it from the Hub ({first_line})") from None
 
 
 def open_release(source: str | os.PathLike[str], task: str | None = None) -> Release:
@@ -223,7 +223,7 @@ def open_release(source: str | os.PathLike[str], task: str | None = None) -> Rel
     else:
         path = Path(text)
         if not path.exists():
-            raise ZooFormatError(path, "no such folder or zip file")
+            raise ZooNotFoundError(path, "no such folder or zip file")
         reader = open_reader(path)
     try:
         return Release(text, reader.members(), reader, task)

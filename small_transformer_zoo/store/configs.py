@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ZooFormatError
+from ..errors import ZooArgumentError, ZooNotFoundError
 from ..format.manifest import MANIFEST_NAME
 
 
@@ -22,8 +22,8 @@ def choose_config(configs: Sequence[str], config: str | None, where: object) -> 
         if len(configs) == 1:
             return configs[0]
         if not configs:
-            raise ZooFormatError(where, f"holds no zoo config (no <config>/{MANIFEST_NAME})")
-        raise ZooFormatError(where, f"holds configs {list(configs)}; choose one with argument `config`")
+            raise ZooNotFoundError(where, f"holds no zoo config (no <config>/{MANIFEST_NAME})")
+        raise ZooArgumentError(where, f"holds configs {list(configs)}; choose one with argument `config`")
     if config not in configs:
-        raise ZooFormatError(where, f"has no config {config!r}; its configs are {list(configs)}")
+        raise ZooNotFoundError(where, f"has no config {config!r}; its configs are {list(configs)}")
     return config

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import DataError
+from ..errors import ZooArgumentError, ZooDamagedError, ZooNotFoundError
 from ..format.checksums import sha256_bytes
 from .files import atomic_write_bytes, atomic_write_json
 from ..format.manifest import MANIFEST_NAME
@@ -30,9 +30,9 @@ def write_public_copy(root: str | os.PathLike[str], out: str | os.PathLike[str],
     root, out = Path(root), Path(out)
     configs = list_configs(root)
     if not configs:
-        raise DataError(f"{root}: holds no zoo config (no <config>/zoo.json)")
+        raise ZooNotFoundError(root, "holds no zoo config (no <config>/zoo.json)")
     if out.exists() and any(out.iterdir()):
-        raise DataError(f"{out}: not empty; a public copy goes into a new folder")
+        raise ZooArgumentError(out, "not empty; a public copy goes into a new folder")
     for config in configs:
         _copy_config(Zoo.open(root, config), out / config, splits)
     write_root_card(out)
@@ -43,10 +43,10 @@ def _copy_config(zoo: Zoo, target: Path, splits: Sequence[str]) -> None:
     """Files first, the manifest last: until it is written `target` is no zoo at all."""
     unknown = [s for s in splits if s not in zoo.splits]
     if unknown:
-        raise DataError(f"{zoo.dir}: has no splits {unknown}; its splits are {zoo.splits}")
+        raise ZooNotFoundError(zoo.dir, f"has no splits {unknown}; its splits are {zoo.splits}")
     problems = zoo.verify()
     if problems:
-        raise DataError(f"{zoo.dir}: fails verification, no public copy made: {problems[0]}")
+        raise ZooDamagedError(zoo.dir, f"fails verification, no public copy made: {problems[0]}")
     manifest = copy.deepcopy(zoo.manifest)
     for info in manifest["shards"] + manifest.get("extras", []):
         _link_or_copy(zoo, info["path"], target / info["path"])

@@ -16,7 +16,7 @@ import torch
 from safetensors.numpy import load as safetensors_load
 
 from ..format.architecture import ArchitectureSpec
-from ..errors import LabelsWithheldError, ZooFormatError
+from ..errors import LabelsWithheldError, ZooDamagedError, ZooFormatError, ZooNotFoundError
 from ..format.manifest import MANIFEST_NAME
 from ..format.metadata_checks import load_checked_metadata, withheld_columns
 from ..format.selection import Selection, select_rows
@@ -75,13 +75,13 @@ class MappedShard:
         try:
             handle = open(self.path, "rb")
         except OSError as exc:
-            raise ZooFormatError(self.path, f"cannot be opened again in this process ({exc.strerror}); the zoo "
+            raise ZooNotFoundError(self.path, f"cannot be opened again in this process ({exc.strerror}); the zoo "
                                             f"moved or was removed after it was opened") from None
         if self.rows == 0:
             return handle, torch.empty(0, self.n_params)
         if os.fstat(handle.fileno()).st_size < self.data_start + self.rows * self.n_params * 4:
             handle.close()
-            raise ZooFormatError(self.path, "is shorter than when it was verified: it was truncated or replaced")
+            raise ZooDamagedError(self.path, "is shorter than when it was verified: it was truncated or replaced")
         array = np.memmap(handle, dtype=np.float32, mode="c", offset=self.data_start, shape=(self.rows, self.n_params))
         return handle, torch.from_numpy(array)
 
@@ -252,7 +252,7 @@ class Zoo:
         omitted. Hub repos and the short name open with `open_zoo`."""
         root = Path(root)
         if not root.is_dir():
-            raise ZooFormatError(root, "no such folder (a Hub repo id or the short name opens with "
+            raise ZooNotFoundError(root, "no such folder (a Hub repo id or the short name opens with "
                                        "small_transformer_zoo.open_zoo)")
         if config is None and (root / MANIFEST_NAME).is_file():
             return cls(root, verify)
@@ -273,7 +273,7 @@ class Zoo:
 
     def _check_split(self, split: str) -> None:
         if split not in self.manifest["metadata"]:
-            raise ZooFormatError(self.dir, f"unknown split {split!r}; this zoo has {self.splits}")
+            raise ZooNotFoundError(self.dir, f"unknown split {split!r}; this zoo has {self.splits}")
 
     def metadata(self, split: str) -> pa.Table:
         """The split's metadata, after the checks of every read path (`format.metadata_checks`)."""

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ZooFormatError, ZooReplacedError
+from ..errors import ZooDamagedError, ZooFormatError, ZooNotFoundError, ZooReplacedError
 from ..format.manifest import MANIFEST_NAME, load_manifest_text
 
 OPEN_ATTEMPTS = 5
@@ -88,7 +88,8 @@ class ZooSnapshot:
         """The pinned file at `relpath` (one the manifest names); a clear error if it was missing or not a file."""
         entry = self._files[relpath]
         if isinstance(entry, str):
-            raise ZooFormatError(self.dir / relpath, f"{what} {entry}")
+            kind = ZooNotFoundError if entry == "is missing" else ZooDamagedError
+            raise kind(self.dir / relpath, f"{what} {entry}")
         return PinnedFile(entry, str(self.dir / relpath))
 
     def close(self) -> None:
@@ -151,12 +152,12 @@ def read_manifest(config_dir: Path) -> bytes:
     entry = _open_regular(path, link_base(config_dir))
     if isinstance(entry, str):
         if entry == "is missing":
-            raise ZooFormatError(path, "no zoo manifest here (is this a zoo config folder?)")
-        raise ZooFormatError(path, f"zoo manifest {entry}")
+            raise ZooNotFoundError(path, "no zoo manifest here (is this a zoo config folder?)")
+        raise ZooDamagedError(path, f"zoo manifest {entry}")
     with os.fdopen(entry, "rb") as handle:
         raw = handle.read(MANIFEST_LIMIT + 1)
     if len(raw) > MANIFEST_LIMIT:
-        raise ZooFormatError(path, f"zoo manifest is larger than {MANIFEST_LIMIT:,} bytes")
+        raise ZooDamagedError(path, f"zoo manifest is larger than {MANIFEST_LIMIT:,} bytes")
     return raw
 
 

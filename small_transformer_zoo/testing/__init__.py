@@ -1,9 +1,26 @@
-"""Test support shipped with the package: a Hugging Face Hub stand-in on 127.0.0.1 (`HubServer`), so code that
-reads or publishes zoos, this package's tests and benchmarks included, runs against a real HTTP server without a
-network. `huggingface_hub` reads `HF_ENDPOINT` once, at import, and this package imports it: pick a free port, set
-`HF_ENDPOINT=http://127.0.0.1:<port>` first, then import this and start `HubServer(port)` (see tests/conftest.py).
+"""Test support shipped with the package, in one place, for this package's tests and benchmarks and for users'
+own: a Hugging Face Hub stand-in on 127.0.0.1 (`HubServer`), so code that reads or publishes zoos runs against a
+real HTTP server without a network; small synthetic zoos (`synthetic_zoo`), releases in the authors' layout
+(`synthetic_release`) and weights that carry a learnable label (`labelled_weights`).
+
+`huggingface_hub` reads `HF_ENDPOINT` once, at import: pick a free port, set `HF_ENDPOINT=http://127.0.0.1:<port>`
+first, then use `HubServer(port)` (see tests/conftest.py). `HubServer` is imported on first use, so the other
+modules here can be imported before `HF_ENDPOINT` is set.
 """
 
-from .hub_server import HubServer
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .hub_server import HubServer
 
 __all__ = ["HubServer"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "HubServer":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .hub_server import HubServer
+
+    return HubServer
