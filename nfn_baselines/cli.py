@@ -15,6 +15,8 @@ from small_transformer_zoo.format.splits import SPLIT_UNITS
 from small_transformer_zoo.weights.groups import RANDOMIZE_GROUPS
 
 from .models.metrics import DEFAULT_THRESHOLDS
+
+_DEFAULT_THRESHOLDS_TEXT = " ".join(f"{t:g}" for t in DEFAULT_THRESHOLDS)
 from .models.predictors import PREDICTORS, default_predictors
 from .bench.protocols import PROTOCOLS
 from .models.targets import TARGETS
@@ -258,7 +260,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--ablation", choices=("components", "width-depth"),
                        help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
     bench.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+",
-                       default=list(DEFAULT_THRESHOLDS), help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+                       default=list(DEFAULT_THRESHOLDS), help=f"accuracy thresholds (default: {_DEFAULT_THRESHOLDS_TEXT})")
     bench.add_argument("--resamples", type=bounded(int, 100), default=1000,
                        help="bootstrap resamples of the test runs for the intervals (default: 1000)")
     bench.add_argument("--bootstrap-seed", type=bounded(int, 0), default=0, help="seed of the resamples (default: 0)")
@@ -282,7 +284,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_zoo_argument(score, positional=False)
     score.add_argument("--split", default="test", help="split the predictions are for (default: test)")
     score.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
-                       help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+                       help=f"accuracy thresholds (default: {_DEFAULT_THRESHOLDS_TEXT})")
     _add_selection_arguments(score, "the checkpoints the predictions are for, as `stz bench` selected them")
     score.add_argument("--leaderboard", help="results file (JSON) to add the scores to")
     score.add_argument("--name", help="name on the leaderboard (default: the file name)")
@@ -307,7 +309,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--split", default="test", help="split the predictions are for (default: test)")
     submit.add_argument("--name", required=True, help="name on the leaderboard (letters, digits, ' ._-')")
     submit.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
-                        help="accuracy thresholds of the local scores (default: 0.2 0.4 0.6 0.8)")
+                        help=f"accuracy thresholds of the local scores (default: {_DEFAULT_THRESHOLDS_TEXT})")
     _add_selection_arguments(submit, "the checkpoints the predictions are for, as `stz bench` selected them")
     submit.set_defaults(func=_submit)
     rev = sub.add_parser("review", help="maintainers: re-score a leaderboard's pull requests against the full zoo "
@@ -322,6 +324,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="the splits this leaderboard scores, those its public zoo withholds (default: test); a "
                           "submission for another split is refused")
     rev.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+", default=list(DEFAULT_THRESHOLDS),
-                     help="accuracy thresholds (default: 0.2 0.4 0.6 0.8)")
+                     help=f"accuracy thresholds (default: {_DEFAULT_THRESHOLDS_TEXT})")
     rev.set_defaults(func=_review)
     _add_bench_parser(sub)
