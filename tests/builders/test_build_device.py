@@ -109,6 +109,7 @@ def test_training_on_an_explicit_device_and_precision(small_data, precision: str
         assert (difference == 0) if precision == "fp32" else (0 < difference < 0.05)
 
 
+@pytest.mark.slow
 def test_the_same_zoo_whatever_the_group_size(tmp_path) -> None:
     build_zoo("mnist", "tiny", tmp_path / "four", progress=False, log=quiet, device="cpu")
     build_zoo("mnist", "tiny", tmp_path / "three", progress=False, log=quiet, device="cpu", group_size=3, workers=1)
@@ -148,6 +149,7 @@ def test_build_command_checks_its_placement(argv: list[str], message: str | None
     assert not (tmp_path / "mnist-tiny").exists()
 
 
+@pytest.mark.slow
 def test_identical_builds_write_identical_bytes_readable_by_the_team(tmp_path) -> None:
     """Two builds of the same plan in two processes give byte-identical shards and metadata (sorted safetensors
     headers; only zoo.json differs, by its creation time), and every file is created with the process umask (0644

@@ -248,6 +248,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_killed_build_resumes_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
     """A real SIGKILL at a fixed point: the build process kills itself right after its first part is on disk."""
     out = tmp_path / "resumed"
@@ -293,6 +294,7 @@ def test_a_crash_while_putting_the_zoo_in_place_keeps_every_trained_part(tiny_bu
     assert not (config / ".build").exists()
 
 
+@pytest.mark.slow
 def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
     from builders.build import BuildRequest, merge_shards
 

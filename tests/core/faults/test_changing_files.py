@@ -4,7 +4,6 @@ or waits on a pipe."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -15,18 +14,8 @@ import torch
 
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset, mnist_spec
 from small_transformer_zoo.store.snapshot import manifest_files
+from tests.core.faults.read_paths import read_labelled
 from tests.helpers import HANG_TIMEOUT, PROJECT, shard_file
-
-
-def _read_labelled(root: Path, read: str) -> tuple[torch.Tensor, list[float]]:
-    if read == "fast path":
-        weights = Zoo.open(root, "syn").split_weights("train")
-        return weights.to_tensor(), weights.metadata.column("test_accuracy").to_pylist()
-    if read == "streaming":
-        rows = list(load_dataset(str(root), "syn", split="train", streaming=True).with_format("torch"))
-        return torch.stack([r["params"] for r in rows]), [float(r["test_accuracy"]) for r in rows]
-    loaded = load_dataset(str(root), "syn", split="train", cache_dir=str(root.parent / "datasets-cache"))
-    return loaded.with_format("torch")[:]["params"], loaded["test_accuracy"]
 
 
 def _two_versions(tmp_path: Path) -> dict[int, tuple[torch.Tensor, list[float]]]:
@@ -36,7 +25,7 @@ def _two_versions(tmp_path: Path) -> dict[int, tuple[torch.Tensor, list[float]]]
     versions = {}
     for seed in (1, 2):
         write_synthetic_zoo(tmp_path / f"v{seed}", "syn", runs=8, seed=seed, register=False)
-        versions[seed] = _read_labelled(tmp_path / f"v{seed}", "fast path")
+        versions[seed] = read_labelled(tmp_path / f"v{seed}", "fast path")
     return versions
 
 
@@ -70,7 +59,7 @@ def test_readers_during_overwrites_get_one_version_whole(read: str, tmp_path: Pa
     writer.start()
     try:
         while not done.is_set() or sum(outcomes.values()) < 5:
-            outcomes[_which_version(_read_labelled(root, read), versions)] += 1
+            outcomes[_which_version(read_labelled(root, read), versions)] += 1
     finally:
         writer.join()
     assert outcomes[1] + outcomes[2] >= 5, outcomes
@@ -101,7 +90,7 @@ def test_a_reader_opened_before_a_replace_reads_its_version_whole(read: str, tmp
         rows = list(opened["train"].with_format("torch"))
         got = torch.stack([r["params"] for r in rows]), [float(r["test_accuracy"]) for r in rows]
     assert _which_version(got, versions) == 1
-    assert _which_version(_read_labelled(root, "fast path"), versions) == 2
+    assert _which_version(read_labelled(root, "fast path"), versions) == 2
 
 
 def test_a_reader_pickled_into_another_process_reopens_its_version_or_says_it_is_gone(tmp_path: Path,
@@ -159,7 +148,7 @@ def test_a_second_zoo_writer_on_a_config_fails_at_once_naming_the_holder(tmp_pat
     finally:
         holder.kill()
         holder.wait()
-    assert _which_version(_read_labelled(root, "fast path"), versions) == 1
+    assert _which_version(read_labelled(root, "fast path"), versions) == 1
     first = ZooWriter(root, "syn", mnist_spec(), overwrite=True, register=False)
     refused: list[BaseException] = []
     other = threading.Thread(target=lambda: refused.append(pytest.raises(LockedError, ZooWriter, root, "syn",
@@ -171,7 +160,7 @@ def test_a_second_zoo_writer_on_a_config_fails_at_once_naming_the_holder(tmp_pat
         with first:
             first.add(np.zeros(18_506, np.float32), {"run_id": "x", "epoch": 1, "test_accuracy": 0.5, "bad": 1})
     write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)  # the failed writer let go
-    assert _which_version(_read_labelled(root, "fast path"), versions) == 2
+    assert _which_version(read_labelled(root, "fast path"), versions) == 2
 
 
 KILL_AT_STEP = """
@@ -219,9 +208,9 @@ def test_a_writer_killed_at_any_step_leaves_the_old_zoo_or_the_new_one(tmp_path:
             assert run.returncode == -9, run.stderr
         zoo = Zoo.open(root, "syn")
         assert zoo.verify() == []
-        seen.add(_which_version(_read_labelled(root, "fast path"), versions))
+        seen.add(_which_version(read_labelled(root, "fast path"), versions))
         write_synthetic_zoo(root, "syn", runs=8, seed=2, register=False, overwrite=True)
-        assert _which_version(_read_labelled(root, "fast path"), versions) == 2
+        assert _which_version(read_labelled(root, "fast path"), versions) == 2
         listed = {f"syn/{p}" for p in manifest_files(Zoo.open(root, "syn").manifest)}
         on_disk = {str(p.relative_to(root)) for p in (root / "syn").rglob("*") if p.is_file()}
         assert on_disk == listed | {"syn/zoo.json"}, "a rerun removes the killed writer's leftovers"

@@ -3,7 +3,6 @@ cut short or stalled fails soon naming the file, and a 500 is one clear error.""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path

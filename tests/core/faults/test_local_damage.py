@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.format.splits import assign_split
 from tests.helpers import metadata_file, rewrite_metadata, shard_file
-from tests.core.faults.read_paths import READ_PATHS, read_fast_path, read_with_load_dataset
+from tests.core.faults.read_paths import READ_PATHS, read_fast_path, read_labelled, read_with_load_dataset
 
 
 def _train_shard(root: Path) -> Path:
@@ -235,6 +235,7 @@ def _train_shards(config_dir: Path) -> list[dict]:
     return [s for s in json.loads((config_dir / "zoo.json").read_text())["shards"] if s["split"] == "train"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", ["fast path", "load_dataset", "streaming"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.integers(0, 10), where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
@@ -246,13 +247,13 @@ def test_one_flipped_bit_anywhere_is_an_error_or_harmless(read: str, which: int,
     work = tmp_path / uuid.uuid4().hex
     shutil.copytree(synthetic_root, work / "zoo")
     monkeypatch.setenv("STZ_HOME", str(work / "stz-home"))
-    intact = _read_labelled(synthetic_root, "fast path")
+    intact = read_labelled(synthetic_root, "fast path")
     target = _damage_target(work / "zoo", which)
     data = bytearray(target.read_bytes())
     data[int(where * len(data))] ^= 1 << bit
     target.write_bytes(bytes(data))
     try:
-        got = _read_labelled(work / "zoo", read)
+        got = read_labelled(work / "zoo", read)
     except ZooFormatError:
         return
     assert torch.equal(got[0], intact[0]) and got[1] == pytest.approx(intact[1], rel=1e-6), \
@@ -294,9 +295,9 @@ def test_any_manifest_field_with_a_wrong_value_is_an_error_or_harmless(read: str
     shutil.copytree(synthetic_root, work / "zoo")
     monkeypatch.setenv("STZ_HOME", str(work / "stz-home"))
     (work / "zoo" / "syn" / "zoo.json").write_text(json.dumps(manifest))
-    intact = _read_labelled(synthetic_root, "fast path")
+    intact = read_labelled(synthetic_root, "fast path")
     try:
-        got = _read_labelled(work / "zoo", read)
+        got = read_labelled(work / "zoo", read)
     except ZooFormatError:
         return
     assert torch.equal(got[0], intact[0]) and got[1] == pytest.approx(intact[1], rel=1e-6), field
