@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nfn_baselines.bench.data import load_bench_data  # noqa: E402
+from nfn_baselines.bench.data import read_bench_data  # noqa: E402
 from nfn_baselines.bench.runs import BenchRequest, run_bench  # noqa: E402
 from small_transformer_zoo import Zoo  # noqa: E402
 from small_transformer_zoo.store.census import nearest_distances  # noqa: E402
@@ -49,8 +49,7 @@ def conditions(shared: str, per_run: str) -> list[tuple[str, str, dict]]:
 
 def clone_share(zoo: Zoo, request: BenchRequest) -> tuple[int, float, float]:
     """Test runs of the condition, the share with a training run within 1%, and the median distance."""
-    data = load_bench_data(zoo, protocol=request.protocol, epoch=request.epoch, split_by=request.split_by,
-                           randomize=request.randomize)
+    data = read_bench_data(zoo, request.data_selection())
     distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
     return data.splits["test"].run_count, float(np.mean(distances <= 0.01)), float(np.median(distances))
 

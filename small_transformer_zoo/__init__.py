@@ -37,11 +37,12 @@ _EXPORTS = {
     "pack_state_dict": "weights.weight_space", "unpack_params": "weights.weight_space",
     "WeightSpaceBatch": "weights.collate", "WeightSpaceCollator": "weights.collate",
 }
-# Ways to a zoo that earlier releases exported here: they still work, with a warning naming the front door.
+# Ways to a zoo that earlier releases exported here, as (module, the object now behind the name, what to use): they
+# still work for one release, with a warning naming the front door.
 _DEPRECATED = {
-    "as_zoo": ("hub.opening", "open_zoo (or pass the Zoo itself)"),
-    "open_zoos": ("hub.opening", "open_zoo with a config, or small_transformer_zoo.hub.opening.open_zoos"),
-    "resolve_zoo": ("hub.locate", "open_zoo, or small_transformer_zoo.hub.locate.resolve_zoo"),
+    "as_zoo": ("hub.opening", "open_zoo", "open_zoo, which takes a Zoo as well as a name"),
+    "open_zoos": ("hub.opening", "_open_configs", "open_zoo with a config"),
+    "resolve_zoo": ("hub.locate", "resolve_zoo", "open_zoo"),
 }
 __all__ = list(_EXPORTS)
 
@@ -61,10 +62,10 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _DEPRECATED:
-        module, instead = _DEPRECATED[name]
+        module, target, instead = _DEPRECATED[name]
         warnings.warn(f"small_transformer_zoo.{name} is deprecated and leaves the package root in the next release; "
                       f"use {instead}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(f".{module}", __name__), name)
+        return getattr(importlib.import_module(f".{module}", __name__), target)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,9 +38,9 @@ def format_summary(summary: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .hub.opening import open_zoos
+    from .hub.opening import _open_configs
 
-    for zoo in open_zoos(args.root, args.config, args.revision):
+    for zoo in _open_configs(args.root, args.config, args.revision):
         summary = zoo.summary()
         if args.clones:
             from .store.census import census_report, format_census
@@ -57,10 +57,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .hub.opening import open_zoos
+    from .hub.opening import _open_configs
 
     failed = False
-    for zoo in open_zoos(args.root, args.config, args.revision):
+    for zoo in _open_configs(args.root, args.config, args.revision):
         bar = tqdm(total=len(zoo.manifest["shards"]), desc=f"verify {zoo.config}", unit="shard", file=sys.stderr)
         problems = zoo.verify(progress=lambda _: bar.update(1))
         bar.close()

@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.hub.opening import as_zoo
+from small_transformer_zoo.hub.opening import open_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.format.splits import FAMILY_KEYS, SPLIT_NAMES, SplitRule
@@ -97,12 +97,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None, preprocess: str = "none", *,
-                    target: str = "test_accuracy", protocol: str = "all-checkpoints", epoch: int | None = None,
-                    where: Mapping[str, Any] | None = None, split_salt: str | None = None,
-                    train_runs: float = 1.0, train_runs_seed: int = 0, split_by: str | None = None,
-                    randomize: str | None = None) -> BenchData:
-    """Weights, target and test accuracy per split, selected by `where` (`Zoo.select`) and the protocol.
+@dataclass(frozen=True)
+class DataSelection:
+    """Which data a benchmark reads from a zoo: what `BenchRequest.data_selection` passes down the benchmark path.
 
     `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
     training split (pooled as `small_transformer_zoo.weights.standardize` says), "both" does the first, then the
@@ -111,37 +108,72 @@ def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None
     split again with that unit when it is not the zoo's own. `train_runs`: the share of training runs kept (a
     seeded draw of whole runs), for learning curves. `randomize`: every checkpoint moved by a random element of
     that symmetry group (`randomize_params`) before any model sees it."""
-    if preprocess not in PREPROCESSING:
-        raise ValueError(f"unknown preprocessing {preprocess!r}; choose from {list(PREPROCESSING)}")
-    if not 0 < train_runs <= 1:
-        raise ValueError(f"train_runs must be a share in (0, 1], got {train_runs}")
-    chosen = get_target(target)
-    zoo = as_zoo(zoo, config)
-    selection, epoch = protocol_where(zoo, protocol, epoch, where)
-    splits = {name: _read_split(zoo, name, selection, chosen) for name in SPLIT_NAMES}
+
+    preprocess: str = "none"
+    target: str = "test_accuracy"
+    protocol: str = "all-checkpoints"
+    epoch: int | None = None
+    where: Mapping[str, Any] = field(default_factory=dict)
+    split_salt: str | None = None
+    train_runs: float = 1.0
+    train_runs_seed: int = 0
+    split_by: str | None = None
+    randomize: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.preprocess not in PREPROCESSING:
+            raise ValueError(f"unknown preprocessing {self.preprocess!r}; choose from {list(PREPROCESSING)}")
+        if not 0 < self.train_runs <= 1:
+            raise ValueError(f"train_runs must be a share in (0, 1], got {self.train_runs}")
+        get_target(self.target)
+
+
+def load_bench_data(zoo: Zoo | str | os.PathLike[str], config: str | None = None, preprocess: str = "none",
+                    **options: Any) -> BenchData:
+    """Weights, target and test accuracy per split of a zoo given itself or by name (`open_zoo`), selected as a
+    `DataSelection` of these keywords says (`target`, `protocol`, `epoch`, `where`, `split_salt`, `train_runs`,
+    `train_runs_seed`, `split_by`, `randomize`)."""
+    selection = DataSelection(preprocess=preprocess, **options)
+    return read_bench_data(open_zoo(zoo, config), selection)
+
+
+def read_bench_data(zoo: Zoo, selection: DataSelection) -> BenchData:
+    """Weights, target and test accuracy per split, selected by `selection.where` (`Zoo.select`) and the protocol,
+    split, drawn, randomized and preprocessed as `selection` says."""
+    chosen = get_target(selection.target)
+    where, epoch = protocol_where(zoo, selection.protocol, selection.epoch, selection.where)
+    splits = {name: _read_split(zoo, name, where, chosen) for name in SPLIT_NAMES}
     own = SplitRule.from_manifest(zoo.manifest["splits"])
-    rule = replace(own, by=split_by or own.by, salt=split_salt if split_salt is not None else own.salt)
+    rule = replace(own, by=selection.split_by or own.by,
+                   salt=selection.split_salt if selection.split_salt is not None else own.salt)
     if rule != own:
         splits = _resplit(splits, rule)
-    if train_runs < 1:
-        splits["train"] = _keep_runs(splits["train"], train_runs, train_runs_seed)
+    if selection.train_runs < 1:
+        splits["train"] = _keep_runs(splits["train"], selection.train_runs, selection.train_runs_seed)
     for name, split in splits.items():
         if split.run_count < 2:
             raise DataError(f"{zoo.dir}: split {name!r} has {len(split)} usable checkpoints of {split.run_count} "
                             f"runs after the selection; the benchmark needs at least 2 runs in every split")
-    if randomize is not None:
-        splits = {k: replace(s, params=randomize_params(s.params, zoo.spec, randomize,
+    if selection.randomize is not None:
+        splits = {k: replace(s, params=randomize_params(s.params, zoo.spec, selection.randomize,
                                                         s.metadata.column("checkpoint_id").to_pylist()))
                   for k, s in splits.items()}
+    splits, stats = _preprocess(splits, zoo.spec, selection.preprocess)
+    return BenchData(zoo.spec, splits, chosen, selection.protocol, epoch, selection.preprocess, stats, where,
+                     selection.split_salt, rule, selection.randomize)
+
+
+def _preprocess(splits: dict[str, SplitData], spec: ArchitectureSpec,
+                preprocess: str) -> tuple[dict[str, SplitData], WeightStats | None]:
+    """Every split in canonical form and/or standardised by the training split's statistics (`DataSelection`)."""
     stats = None
     if preprocess in ("canonical", "both"):
-        splits = {k: replace(s, params=canonicalize_params(s.params, zoo.spec)) for k, s in splits.items()}
+        splits = {k: replace(s, params=canonicalize_params(s.params, spec)) for k, s in splits.items()}
     if preprocess in ("standardize", "both"):
-        stats = WeightStats.of(TransformerWeights.from_params(splits["train"].params, zoo.spec))
-        splits = {k: replace(s, params=stats.apply(TransformerWeights.from_params(s.params, zoo.spec)).to_params()
+        stats = WeightStats.of(TransformerWeights.from_params(splits["train"].params, spec))
+        splits = {k: replace(s, params=stats.apply(TransformerWeights.from_params(s.params, spec)).to_params()
                              .to(s.params.dtype)) for k, s in splits.items()}
-    return BenchData(zoo.spec, splits, chosen, protocol, epoch, preprocess, stats, selection, split_salt, rule,
-                     randomize)
+    return splits, stats
 
 
 def _read_split(zoo: Zoo, split: str, where: Mapping[str, Any], target: Target) -> SplitData:

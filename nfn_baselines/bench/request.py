@@ -13,6 +13,7 @@ from small_transformer_zoo.format.architecture import COMPONENTS
 
 from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS
 from ..models.predictors import default_predictors, floor_predictors, get_predictor
+from .data import DataSelection
 
 COMPONENT_ABLATION = (("encoder",), ("embedding",), ("classifier",), ("encoder", "embedding"),
                       ("encoder", "classifier"), ("embedding", "classifier"), COMPONENTS)
@@ -92,6 +93,12 @@ class BenchRequest:
         self.device = str(resolve_device(self.device))
         if self.models is not None and self.floors:
             self.models = [*self.models, *(f for f in floor_predictors() if f not in self.models)]
+
+    def data_selection(self, split_salt: str | None = None) -> DataSelection:
+        """The data this run reads from its zoo (`read_bench_data`), its runs split again by `split_salt` if given."""
+        return DataSelection(preprocess=self.preprocess, target=self.target, protocol=self.protocol, epoch=self.epoch,
+                             where=self.where, split_salt=split_salt, train_runs=self.train_runs,
+                             split_by=self.split_by, randomize=self.randomize)
 
     def seed_list(self) -> list[int]:
         """The seeds every model is trained with: 0 to `seeds` - 1."""

@@ -16,7 +16,7 @@ import numpy as np
 from small_transformer_zoo import Zoo
 from small_transformer_zoo.store.files import atomic_write_bytes, atomic_write_json
 
-from .data import load_bench_data
+from .data import read_bench_data
 from .resume import FitStore
 from .benchmark import BenchResult, run_benchmark
 from .request import BenchRequest
@@ -37,12 +37,6 @@ class BenchOutcome:
     resumed: int             # (model, condition)s read back from a stopped run
 
 
-def _load(zoo: Zoo, request: BenchRequest, split_salt: str | None = None) -> Any:
-    return load_bench_data(zoo, preprocess=request.preprocess, target=request.target, protocol=request.protocol,
-                           epoch=request.epoch, where=request.where, split_salt=split_salt,
-                           train_runs=request.train_runs, split_by=request.split_by, randomize=request.randomize)
-
-
 def bench_store(zoo: Zoo, request: BenchRequest, out: Path) -> FitStore:
     """Where the finished fits of this run are kept until its results are written (`bench_resume`)."""
     return FitStore.for_run(out, request.stem(zoo.config), zoo, _request_json(request))
@@ -60,7 +54,7 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     results: list[BenchResult] = []
 
     def bench(split_salt: str | None) -> BenchResult:
-        results.append(run_benchmark(_load(zoo, request, split_salt), request, store, on_done, on_epoch))
+        results.append(run_benchmark(read_bench_data(zoo, request.data_selection(split_salt)), request, store, on_done, on_epoch))
         return results[-1]
 
     result = bench(None)

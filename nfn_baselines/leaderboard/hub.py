@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.hub.opening import as_zoo
+from small_transformer_zoo.hub.opening import open_zoo
 from small_transformer_zoo.errors import DataError, hub_errors
 from small_transformer_zoo.format.manifest import package_version
 from small_transformer_zoo.format.selection import normalise_where, where_of
@@ -94,7 +94,7 @@ def submit(path: str | os.PathLike[str], repo_id: str, zoo: Zoo | str | os.PathL
     from huggingface_hub import CommitOperationAdd, HfApi
 
     path = Path(path)
-    zoo = as_zoo(zoo, config)
+    zoo = open_zoo(zoo, config)
     config = zoo.config
     selection, epoch = protocol_where(zoo, protocol, epoch, where)
     suffix = ".parquet" if path.suffix.lower() == ".parquet" else ".csv"

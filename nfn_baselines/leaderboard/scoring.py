@@ -332,8 +332,8 @@ def score_submission(path: str | os.PathLike[str], zoo: Zoo | str | os.PathLike[
     """Validate a submission against the checkpoints of a zoo split that a benchmark protocol and `where` select
     (`protocols.protocol_where`, as `stz bench` selects them) and score it with its intervals (`score_values`);
     the selection is kept in the scores. The zoo (a Zoo, or a local or Hub root) must hold the split's labels."""
-    from small_transformer_zoo.hub.opening import as_zoo  # here: reading a submission needs neither torch nor a zoo
-    zoo = as_zoo(zoo, config)
+    from small_transformer_zoo.hub.opening import open_zoo  # here: reading a submission needs neither torch nor a zoo
+    zoo = open_zoo(zoo, config)
     config = zoo.config
     selection, epoch = protocol_where(zoo, protocol, epoch, where)
     _, predicted, truth = check_submission(path, zoo, split, target, selection)

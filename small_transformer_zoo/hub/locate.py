@@ -97,7 +97,7 @@ def resolve_zoo(name_or_path: str | os.PathLike[str], config: str | None = None,
     if location.config is None:
         where = location.repo_id or location.root
         if location.kind == "hub":
-            raise ZooArgumentError(where, "choose a config with argument `config` (a Hub repo's configs are listed "
-                                        "by open_zoos and `stz info`)")
+            raise ZooArgumentError(where, "choose a config with argument `config` (`stz info` lists a Hub repo's "
+                                          "configs)")
         choose_config(list_configs(location.root), None, where)
     return location

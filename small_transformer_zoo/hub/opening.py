@@ -1,7 +1,7 @@
 """Opening a zoo by name: a local folder or config folder, a Hub dataset repo id, or the short name, as a `Zoo`
 whose reads memory-map local files. From the Hub only the asked configs' files are fetched, into the Hugging Face
-cache, and reused offline. `open_zoo` is the front door; `load_dataset` (`hub.load`) reads a zoo as a `datasets`
-object instead."""
+cache, and reused offline. `open_zoo` is the front door (it also takes a `Zoo`, for functions that accept either);
+`load_dataset` (`hub.load`) reads a zoo as a `datasets` object instead."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from .download import CachedZoo, fetch_config
 from .locate import locate
 
 
-def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-              token: Any = None, verify: Verify = "once") -> list[Zoo]:
+def _open_configs(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
+                  token: Any = None, verify: Verify = "once") -> list[Zoo]:
     """The named config, or every config, of a zoo named as `locate` says (a local folder or config folder, a Hub
     dataset repo id, or the short name); from the Hub only those configs' files are fetched (into the Hugging Face
     cache, reused offline). `verify` is each `Zoo`'s default for its reads. Every problem is a DataError naming
@@ -38,23 +38,18 @@ def open_zoos(name_or_path: str | os.PathLike[str], config: str | None = None, r
         return [CachedZoo.open(fetch_config(replace(location, config=c), token), c, verify=verify) for c in configs]
 
 
-def open_zoo(name_or_path: str | os.PathLike[str], config: str | None = None, revision: str | None = None,
+def open_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None, revision: str | None = None,
              token: Any = None, verify: Verify = "once") -> Zoo:
-    """One config of a zoo (`open_zoos`); `config` may be left out when the root has one."""
-    zoos = open_zoos(name_or_path, config, revision, token, verify)
-    if len(zoos) != 1:
-        choose_config([z.config for z in zoos], None, name_or_path)
-    return zoos[0]
-
-
-def as_zoo(zoo: Zoo | str | os.PathLike[str], config: str | None = None, revision: str | None = None,
-           token: Any = None, verify: Verify = "once") -> Zoo:
-    """A Zoo given itself or by name (`open_zoo`), for functions that take either."""
+    """One config of a zoo named as `locate` says; `config` may be left out when the root has one. A `Zoo` given
+    itself is returned as it is, once its config is checked against `config`."""
     if isinstance(zoo, Zoo):
         if config not in (None, zoo.config):
             raise ZooArgumentError(zoo.dir, f"is config {zoo.config!r}, not {config!r}")
         return zoo
-    return open_zoo(zoo, config, revision, token, verify)
+    zoos = _open_configs(zoo, config, revision, token, verify)
+    if len(zoos) != 1:
+        choose_config([z.config for z in zoos], None, zoo)
+    return zoos[0]
 
 
 def _hub_configs(repo_id: str, revision: str | None, token: Any) -> tuple[str, list[str]]:

@@ -16,7 +16,7 @@ from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
 from small_transformer_zoo.errors import (DataError, LabelsWithheldError, ZooArgumentError, ZooDamagedError,
                                           ZooHubError, ZooNotFoundError, ZooReplacedError)
 from small_transformer_zoo.format.manifest import MANIFEST_NAME
-from small_transformer_zoo.hub.opening import as_zoo
+from small_transformer_zoo.hub.opening import open_zoo
 from small_transformer_zoo.testing import HubServer
 from tests.helpers import shard_file
 
@@ -58,7 +58,7 @@ def test_what_is_not_there_is_not_found(synthetic_root: Path, tmp_path: Path) ->
 def test_an_argument_the_zoo_cannot_take_is_a_bad_argument(synthetic_root: Path) -> None:
     zoo = Zoo.open(synthetic_root, "syn")
     with pytest.raises(ZooArgumentError, match="is config 'syn', not 'other'"):
-        as_zoo(zoo, "other")
+        open_zoo(zoo, "other")
     with pytest.raises(ZooArgumentError, match="the short name stands for one config"):
         load_dataset("small-transformer-zoo")
     with pytest.raises(ZooArgumentError, match="is the config folder of 'syn', not of 'other'"):

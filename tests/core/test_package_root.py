@@ -36,9 +36,10 @@ def test_every_export_is_its_module_s_object(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(stz._DEPRECATED))
 def test_a_deprecated_way_to_a_zoo_still_works_with_a_warning(name: str) -> None:
-    module = importlib.import_module(f"small_transformer_zoo.{stz._DEPRECATED[name][0]}")
+    module_name, target, _ = stz._DEPRECATED[name]
+    module = importlib.import_module(f"small_transformer_zoo.{module_name}")
     with pytest.warns(DeprecationWarning, match=f"small_transformer_zoo.{name} is deprecated.*use "):
-        assert getattr(stz, name) is getattr(module, name)
+        assert getattr(stz, name) is getattr(module, target)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         stz.open_zoo, stz.load_dataset  # the front doors warn about nothing

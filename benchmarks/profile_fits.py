@@ -1,0 +1,97 @@
+"""Where one benchmark fit of each model spends its time: one seed, one condition, under cProfile.
+
+    python benchmarks/profile_fits.py zoos --config agnews-wide --protocol paper --epochs 10
+
+Each model is fitted as `stz bench` fits it (`run_benchmark` with one model row, one seed and no threshold, so
+one fit), on the zoo's data read once. For each fit it prints the wall time, the time per training epoch of a
+neural model, and the shares of the phases a fit is made of: computing the model's fixed features (`prepare`),
+the forward pass, the backward pass, the optimizer step, validation every epoch, the final predictions of all
+splits, and for tree and floor models the fit itself. cProfile adds its overhead to every Python call, so the
+shares are those of the profiled run and the total is higher than an unprofiled fit's; the last column names
+the function with the most time of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+
+from common import PROJECT  # noqa: F401  (sets up the import path)
+
+from nfn_baselines.bench.benchmark import run_benchmark
+from nfn_baselines.bench.data import read_bench_data
+from nfn_baselines.bench.request import BenchRequest
+from nfn_baselines.models.predictors import default_predictors, floor_predictors
+from small_transformer_zoo import open_zoo
+
+# (phase, file suffix, function) whose cumulative time is the phase's; the phases do not nest in one another.
+PHASES = (("prepare", "nfn_baselines/models/train.py", "prepare"),
+          ("forward", "nfn_baselines/models/train.py", "_forward"),
+          ("backward", "torch/_tensor.py", "backward"),
+          ("optimizer", "nfn_baselines/models/train.py", "_adam_step"),
+          ("validation", "nfn_baselines/models/train.py", "_validation_predictions"),
+          ("predict", "nfn_baselines/models/train.py", "predict_prepared"),
+          ("tree/floor fit", "nfn_baselines/bench/benchmark.py", "_fit_table_model"))
+
+
+def phase_seconds(stats: pstats.Stats) -> dict[str, float]:
+    """Cumulative seconds of each phase's entry point, summed over its calls."""
+    table = stats.stats  # type: ignore[attr-defined]  # {(file, line, function): (cc, nc, tt, ct, callers)}
+    return {name: sum(v[3] for (file, _, function), v in table.items()
+                      if file.endswith(suffix) and function == entry)
+            for name, suffix, entry in PHASES}
+
+
+def top_own_time(stats: pstats.Stats) -> tuple[str, float]:
+    """The function with the most time of its own, and that time."""
+    table = stats.stats  # type: ignore[attr-defined]
+    (file, line, function), values = max(table.items(), key=lambda item: item[1][2])
+    where = file.split("site-packages/")[-1].split("/work/main/")[-1]
+    return f"{function} ({where}:{line})", values[2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--protocol", default="paper", choices=("paper", "all-checkpoints"))
+    parser.add_argument("--epochs", type=int, default=30, help="training epochs of a neural model (stz bench's)")
+    parser.add_argument("--models", nargs="+", default=None, help="default: every default model and the floors")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    models = args.models or [*default_predictors(), *floor_predictors()]
+    zoo = open_zoo(args.root, args.config)
+    base = BenchRequest(models=models[:1], seeds=1, epochs=args.epochs, protocol=args.protocol, thresholds=(),
+                        device="cpu")
+    started = time.perf_counter()
+    data = read_bench_data(zoo, base.data_selection())
+    print(f"{args.config}: read in {time.perf_counter() - started:.1f} s; "
+          + ", ".join(f"{k} {s.run_count} runs / {len(s)} checkpoints" for k, s in data.splits.items())
+          + f"; 1 thread, 1 seed, {args.epochs} epochs for a neural model")
+    header = ["model", "fit (s)", "s / epoch (epochs)", *(p[0] for p in PHASES), "most own time"]
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for name in models:
+        request = BenchRequest(models=[name], seeds=1, epochs=args.epochs, protocol=args.protocol, thresholds=(),
+                               device="cpu")
+        epochs: list[str] = []  # one entry per epoch trained (early stopping may end a fit before --epochs)
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.enable()
+        run_benchmark(data, request, on_epoch=lambda model, condition: epochs.append(model))
+        profiler.disable()
+        seconds = time.perf_counter() - started
+        stats = pstats.Stats(profiler)
+        phases = phase_seconds(stats)
+        per_epoch = f"{seconds / len(epochs):.2f} ({len(epochs)})" if epochs else "-"
+        shares = [f"{100 * phases[p[0]] / seconds:.0f}%" if phases[p[0]] else "-" for p in PHASES]
+        function, own = top_own_time(stats)
+        print(f"| {name} | {seconds:.1f} | {per_epoch} | " + " | ".join(shares)
+              + f" | {function}, {100 * own / seconds:.0f}% |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
