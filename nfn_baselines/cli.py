@@ -259,8 +259,10 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="threads of the tree models (default: the cores this process may use)")
     bench.add_argument("--ablation", choices=("components", "width-depth"),
                        help="add the NFN component ablation (paper Table 3) or width/depth ablation (Table 5)")
-    bench.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="+",
-                       default=list(DEFAULT_THRESHOLDS), help=f"accuracy thresholds (default: {_DEFAULT_THRESHOLDS_TEXT})")
+    bench.add_argument("--thresholds", type=bounded(float, 0, 1, low_open=True, high_open=True), nargs="*",
+                       default=list(DEFAULT_THRESHOLDS),
+                       help=f"accuracy thresholds; the flag alone: none, only the unfiltered zoo is trained and scored "
+                            f"(default: {_DEFAULT_THRESHOLDS_TEXT})")
     bench.add_argument("--resamples", type=bounded(int, 100), default=1000,
                        help="bootstrap resamples of the test runs for the intervals (default: 1000)")
     bench.add_argument("--bootstrap-seed", type=bounded(int, 0), default=0, help="seed of the resamples (default: 0)")

@@ -294,11 +294,13 @@ def report_json(report: Report, result: BenchResult) -> dict[str, Any]:
 def plot_predictions(result: BenchResult, report: Report, path: str | os.PathLike[str], config: str) -> Path:
     """Predicted against true values of the test split, one panel per model, first seed (the paper's Figure 2).
     Models that only rank (floors such as the L2 norm or the epoch, whose outputs are not in the target's unit) are
-    left out: against the y = x line they would mean nothing."""
+    left out: against the y = x line they would mean nothing; with no other model there is nothing to plot."""
     from small_transformer_zoo.plots import new_figure, save_figure
 
     test = next(c for c in result.conditions if c.name == "all").splits["test"]
     names = [m for m in report.cells if not get_predictor(result.specs[m]).ranks_only]
+    if not names:
+        raise ValueError("every model only ranks: no predicted values to plot against the true ones")
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
     figure, axes = new_figure(rows, columns, (3.6 * columns, 3.4 * rows))

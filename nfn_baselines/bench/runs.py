@@ -83,7 +83,8 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md"}
     atomic_write_json(paths["json"], defined(document))
     atomic_write_bytes(paths["markdown"], markdown.encode())
-    if result.data.target.kind == "regression":
+    if result.data.target.kind == "regression" and any(not get_predictor(s).ranks_only
+                                                       for s in result.specs.values()):
         paths["plot"] = plot_predictions(result, report, out / f"{stem}-predicted-vs-true.png", zoo.config)
     column = result.data.target.submission_column
     for model in (m for m in result.models if not get_predictor(result.specs[m]).ranks_only):

@@ -145,3 +145,16 @@ def test_bench_takes_the_zoo_like_every_command_and_writes_beside_it(zoo_copy: P
     assert "| mlp |" in capsys.readouterr().out
     assert main(["bench", str(zoo_copy), "--zoo", str(zoo_copy), "--models", "mlp"]) == 2
     assert "name the zoo once" in capsys.readouterr().err
+
+
+def test_bench_thresholds_alone_trains_the_unfiltered_zoo_only(zoo_copy: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["bench", str(zoo_copy), "--protocol", "paper", "--epoch", "10", "--seeds", "1", "--models", "l2_norm",
+              "--no-floors"]
+    assert main([*common, "--thresholds", "0.2", "--out", str(zoo_copy / "with")]) == 0
+    assert "tau (acc >= 0.2)" in capsys.readouterr().out
+    assert main([*common, "--thresholds", "--out", str(zoo_copy / "without")]) == 0
+    table = capsys.readouterr().out
+    assert "| l2_norm |" in table and "tau (all)" in table and "acc >=" not in table
+    results = json.loads(next((zoo_copy / "without").glob("*.json")).read_text())
+    assert results["request"]["thresholds"] == []
