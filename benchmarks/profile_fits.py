@@ -6,7 +6,8 @@ Each model is fitted as `stz bench` fits it (`run_benchmark` with one model row,
 one fit), on the zoo's data read once. For each fit it prints the wall time, the time per training epoch of a
 neural model, and the shares of the phases a fit is made of: computing the model's fixed features (`prepare`),
 the forward pass, the backward pass, the optimizer step, validation every epoch, the final predictions of all
-splits, and for tree and floor models the fit itself. cProfile adds its overhead to every Python call, so the
+splits, and for tree and floor models the fit itself; "other" is the rest (building the model, the first call's
+set-up, the benchmark's own steps). cProfile adds its overhead to every Python call, so the
 shares are those of the profiled run and the total is higher than an unprofiled fit's; the last column names
 the function with the most time of its own.
 """
@@ -18,6 +19,7 @@ import cProfile
 import pstats
 import time
 
+import scipy.stats  # noqa: F401  (imported before any profile: the first fit's validation would pay for it)
 import torch
 
 from common import PROJECT  # noqa: F401  (sets up the import path)
@@ -72,7 +74,7 @@ def main() -> None:
     print(f"{args.config}: read in {time.perf_counter() - started:.1f} s; "
           + ", ".join(f"{k} {s.run_count} runs / {len(s)} checkpoints" for k, s in data.splits.items())
           + f"; 1 thread, 1 seed, {args.epochs} epochs for a neural model")
-    header = ["model", "fit (s)", "s / epoch (epochs)", *(p[0] for p in PHASES), "most own time"]
+    header = ["model", "fit (s)", "s / epoch (epochs)", *(p[0] for p in PHASES), "other", "most own time"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for name in models:
         request = BenchRequest(models=[name], seeds=1, epochs=args.epochs, protocol=args.protocol, thresholds=(),
@@ -88,6 +90,7 @@ def main() -> None:
         phases = phase_seconds(stats)
         per_epoch = f"{seconds / len(epochs):.2f} ({len(epochs)})" if epochs else "-"
         shares = [f"{100 * phases[p[0]] / seconds:.0f}%" if phases[p[0]] else "-" for p in PHASES]
+        shares.append(f"{100 * (1 - sum(phases.values()) / seconds):.0f}%")
         function, own = top_own_time(stats)
         print(f"| {name} | {seconds:.1f} | {per_epoch} | " + " | ".join(shares)
               + f" | {function}, {100 * own / seconds:.0f}% |", flush=True)
