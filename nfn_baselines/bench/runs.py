@@ -37,6 +37,17 @@ class BenchOutcome:
     resumed: int             # (model, condition)s read back from a stopped run
 
 
+def fit_seconds(results: list[BenchResult]) -> dict[str, dict[str, float]]:
+    """Per model and condition, the seconds its fits took to train (every seed and trial, summed over the run
+    splits of `--resplit`): where a benchmark's time goes."""
+    out: dict[str, dict[str, float]] = {}
+    for result in results:
+        for (model, condition), seconds in result.seconds.items():
+            out.setdefault(model, {})
+            out[model][condition] = out[model].get(condition, 0.0) + seconds
+    return out
+
+
 def bench_store(zoo: Zoo, request: BenchRequest, out: Path) -> FitStore:
     """Where the finished fits of this run are kept until its results are written (`bench_resume`)."""
     return FitStore.for_run(out, request.stem(zoo.config), zoo, _request_json(request))
@@ -77,7 +88,8 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     seconds = time.perf_counter() - started
     training_seconds = sum(sum(r.seconds.values()) for r in results)
     resumed = sum(r.resumed for r in results)
-    document.update(seconds=seconds, training_seconds=training_seconds, resumed_fits=resumed)
+    document.update(seconds=seconds, training_seconds=training_seconds, resumed_fits=resumed,
+                    fit_seconds=fit_seconds(results))
     stem = request.stem(zoo.config)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md"}

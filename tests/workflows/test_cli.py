@@ -158,3 +158,5 @@ def test_bench_thresholds_alone_trains_the_unfiltered_zoo_only(zoo_copy: Path,
     assert "| l2_norm |" in table and "tau (all)" in table and "acc >=" not in table
     results = json.loads(next((zoo_copy / "without").glob("*.json")).read_text())
     assert results["request"]["thresholds"] == []
+    assert list(results["fit_seconds"]) == ["l2_norm"] and list(results["fit_seconds"]["l2_norm"]) == ["all"]
+    assert results["fit_seconds"]["l2_norm"]["all"] == pytest.approx(results["training_seconds"])
