@@ -47,7 +47,7 @@ def _bench(args: argparse.Namespace) -> int:
     zoo = _bench_zoo(args)
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else
                                            Path("stz-out") / "bench")
-    fits = request.fit_count()
+    fits = request.fit_count(zoo.spec)
     store = bench_store(zoo, request, out)
     if len(store) and not args.fresh:
         if store.finished:
@@ -56,7 +56,7 @@ def _bench(args: argparse.Namespace) -> int:
         else:
             print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
                   f"({store.folder}; --fresh trains them again)", file=sys.stderr)
-    progress = BenchProgress(request)
+    progress = BenchProgress(request, spec=zoo.spec)
     outcome = run_bench(zoo, request, out, on_done=progress.on_done, on_epoch=progress.on_epoch, fresh=args.fresh)
     progress.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")

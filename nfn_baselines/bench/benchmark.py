@@ -57,7 +57,7 @@ def run_benchmark(data: BenchData, request: BenchRequest, store: FitStore | None
     `on_epoch(model, condition)`: one epoch of one network of a neural fit done."""
     if request.seeds < 1:
         raise ValueError("the benchmark needs at least one seed")
-    models = request.model_rows()
+    models = request.model_rows(data.spec)
     result = BenchResult(data, data.conditions(request.thresholds), request.seed_list(),
                          models=[m.name for m in models], specs={m.name: m.predictor for m in models})
     for condition in result.conditions:

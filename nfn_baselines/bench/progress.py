@@ -12,15 +12,18 @@ from typing import Any
 
 from tqdm import tqdm
 
+from small_transformer_zoo.format.architecture import ArchitectureSpec
+
 from .request import BenchRequest
 
 
 class BenchProgress:
     """Callbacks for `run_bench` (`on_epoch`, `on_done`) that drive the two bars; `close` when the run ends."""
 
-    def __init__(self, request: BenchRequest, label: str = "bench", file: Any = None, disable: bool = False) -> None:
-        self.expected = request.expected_epochs()
-        self.conditions = request.fit_count() // max(1, len(self.expected))
+    def __init__(self, request: BenchRequest, label: str = "bench", file: Any = None, disable: bool = False,
+                 spec: ArchitectureSpec | None = None) -> None:
+        self.expected = request.expected_epochs(spec)
+        self.conditions = request.fit_count(spec) // max(1, len(self.expected))
         file = file or sys.stderr
         self.total = tqdm(total=sum(self.expected.values()), desc=label, unit="epoch", file=file, disable=disable,
                           position=0)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from small_transformer_zoo.devices import resolve_device
-from small_transformer_zoo.format.architecture import COMPONENTS
+from small_transformer_zoo.format.architecture import COMPONENTS, ArchitectureSpec
 
 from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS
 from ..models.predictors import default_predictors, floor_predictors, get_predictor
@@ -27,13 +27,26 @@ class ModelSpec:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def model_specs(models: Sequence[str] | None = None, ablation: str | None = None) -> list[ModelSpec]:
-    """Rows of the table: the named predictors (default: every default one), then an ablation's NFN variants."""
+def stored_components(spec: ArchitectureSpec) -> tuple[str, ...]:
+    """The components a checkpoint of `spec` holds weights of, in `COMPONENTS` order (a text zoo's embedding is
+    frozen and stored once per zoo, so its checkpoints hold encoder and classifier only)."""
+    held = {spec.component(p.name) for p in spec.parameters()}
+    return tuple(c for c in COMPONENTS if c in held)
+
+
+def model_specs(models: Sequence[str] | None = None, ablation: str | None = None,
+                spec: ArchitectureSpec | None = None) -> list[ModelSpec]:
+    """Rows of the table: the named predictors (default: every default one), then an ablation's NFN variants. With
+    the zoo's `spec`, the component ablation's variants are the subsets of the components its checkpoints hold
+    (`stored_components`), each once; without it, every subset of `COMPONENTS`. The whole set is the
+    `transformer_nfn` row itself."""
     names = default_predictors() if models is None else list(models)
     out = [ModelSpec(get_predictor(m).name, m) for m in names]
     if ablation == "components":
+        held = set(stored_components(spec) if spec is not None else COMPONENTS)
+        subsets = [c for c in COMPONENT_ABLATION if set(c) <= held and set(c) != held]
         out += [ModelSpec(f"transformer_nfn[{'+'.join(c)}]", "transformer_nfn", {"components": c})
-                for c in COMPONENT_ABLATION if c != COMPONENTS]
+                for c in subsets]
     elif ablation == "width-depth":
         out += [ModelSpec(f"transformer_nfn[c={c},layers={n}]", "transformer_nfn", {"channels": c, "layers": n})
                 for c, n in WIDTH_DEPTH_ABLATION if (c, n) != (10, 1)]
@@ -104,23 +117,25 @@ class BenchRequest:
         """The seeds every model is trained with: 0 to `seeds` - 1."""
         return list(range(self.seeds))
 
-    def model_rows(self) -> list[ModelSpec]:
-        """The rows of the table: the named (or default) predictors, then the ablation's NFN variants."""
-        return model_specs(self.models, self.ablation)
+    def model_rows(self, spec: ArchitectureSpec | None = None) -> list[ModelSpec]:
+        """The rows of the table: the named (or default) predictors, then the ablation's NFN variants for a zoo of
+        `spec` (`model_specs`)."""
+        return model_specs(self.models, self.ablation, spec)
 
     def trials(self) -> list[dict[str, Any]]:
         """The training trials of every neural model: the declared search with `tune`, else its default."""
         return tuning_trials(self.epochs) if self.tune else tuning_trials(self.epochs)[:1]
 
-    def fit_count(self) -> int:
-        """The (model, condition) fits the run trains: every model row on every condition of every split."""
-        return len(self.model_rows()) * self._conditions()
+    def fit_count(self, spec: ArchitectureSpec | None = None) -> int:
+        """The (model, condition) fits the run trains on a zoo of `spec`: every model row on every condition of
+        every split."""
+        return len(self.model_rows(spec)) * self._conditions()
 
-    def expected_epochs(self) -> dict[str, int]:
+    def expected_epochs(self, spec: ArchitectureSpec | None = None) -> dict[str, int]:
         """Per model row, the network-epochs all its fits train at most (`benchmark.expected_epochs`): the unit
         of a benchmark's progress and of its time estimate."""
         return {m.name: expected_epochs(m, self.epochs, self.seeds, self.tune) * self._conditions()
-                for m in self.model_rows()}
+                for m in self.model_rows(spec)}
 
     def _conditions(self) -> int:
         return (1 + (len(self.thresholds) if self.protocol == "paper" else 0)) * (1 + self.resplit)

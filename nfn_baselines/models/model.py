@@ -103,6 +103,9 @@ class TransformerNFN(nn.Module):
         self.spec, self.outputs, self.statistics = spec, outputs, statistics
         self.components = tuple(c for c in COMPONENTS if c in components
                                 and not (c == "embedding" and spec.modality == "text"))
+        if not self.components:
+            raise ValueError(f"a {spec.modality} checkpoint holds no weights of components {list(components)} (a text "
+                             f"zoo's embedding is frozen and stored once per zoo, not in its checkpoints)")
         branches = {}
         if "encoder" in self.components:
             encoder = TransformerNFNEncoder(spec, channels, num_layers, "sum" if paper else "mean", block_norm=paper)

@@ -408,3 +408,27 @@ def test_progress_is_measured_in_expected_epochs(learnable_zoo: Path, tmp_path: 
     assert 0 < len(epochs) <= 6 and {m for m, _ in epochs} == {"mlp"}
     assert progress.total.n == progress.total.total == 6 + trees
     progress.close()
+
+
+def test_the_component_ablation_follows_the_components_a_zoo_stores(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A text checkpoint holds no embedding (frozen, stored once per zoo): its ablation is encoder and classifier
+    alone, and an NFN asked to read the embedding only is a clear error, not an empty concatenation."""
+    from nfn_baselines.models.model import TransformerNFN
+    from small_transformer_zoo.format.architecture import text_spec
+    from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
+
+    text = text_spec(vocab_size=30, max_length=6)
+    names = lambda spec: [m.name for m in model_specs(["transformer_nfn"], "components", spec)]  # noqa: E731
+    assert names(text) == ["transformer_nfn", "transformer_nfn[encoder]", "transformer_nfn[classifier]"]
+    assert names(SPEC) == names(None) and len(names(SPEC)) == 1 + 6
+    assert BenchRequest(models=["statnn"], ablation="components").fit_count(text) == 1 + 2
+    with pytest.raises(ValueError, match="a text checkpoint holds no weights of components \\['embedding'\\]"):
+        TransformerNFN(text, components=("embedding",))
+    write_synthetic_zoo(tmp_path, "words", runs=24, spec=text, register=False)
+    assert main(["bench", str(tmp_path), "--config", "words", "--protocol", "paper", "--epoch", "10", "--seeds", "1",
+                 "--epochs", "1", "--models", "transformer_nfn", "--no-floors", "--ablation", "components",
+                 "--thresholds", "--out", str(tmp_path / "out")]) == 0
+    table = capsys.readouterr().out
+    assert "| transformer_nfn[encoder] |" in table and "| transformer_nfn[classifier] |" in table
+    assert "embedding" not in table.split("| model |")[1]
