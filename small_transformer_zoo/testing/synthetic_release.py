@@ -5,6 +5,10 @@ It writes what the original scripts leave: `<top>/metadata/<dataset>.csv` (the r
 run-id column, `ckpt_epoch`, `ckpt_file`, the accuracy) and `<top>/<dataset>/<run>_<epoch>_<acc>.pt` files with the
 original module's tensor names; text releases add `<dataset>/embedding.pt` and keep `embedding.*` out of the
 checkpoints. Best rows carry the long training-time `ckpt_file` path the scripts wrote.
+
+With `learnable=True` each checkpoint's accuracy is a known function of an invariant of its weights
+(`labelled_weights.shifted_bias_weights`), so predictors trained on the imported zoo have something to find; the
+scale rehearsal (`benchmarks/scale_rehearsal.py`) writes releases of the authors' size that way.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import torch
 
 from ..format.architecture import ArchitectureSpec, mnist_spec
 from ..weights.model import ZooTransformer, sinusoidal_positions
+from ..weights.weight_space import TransformerWeights
+from .labelled_weights import shifted_bias_weights
 
 VISION_COLUMNS = ("epochs", "batch_size", "n_workers", "lr", "warmup_epochs", "optimizer", "w_init_std",
                   "l2_regularize", "train_fraction", "dropout", "seed", "dataset", "image_size", "patch_size",
@@ -58,12 +64,24 @@ class SyntheticRelease:
 
 def write_synthetic_release(folder: str | os.PathLike[str], *, runs: int = 4, text: bool = False,
                             epochs: tuple[str, ...] = ("1", "50", "75", "100"), seed: int = 0,
-                            spec: ArchitectureSpec | None = None) -> SyntheticRelease:
-    """Write a release of `runs` runs x (epochs + best) checkpoints under `folder/<top>/`."""
-    rng = np.random.default_rng(seed)
-    generator = torch.Generator().manual_seed(seed)
+                            spec: ArchitectureSpec | None = None, checkpoints: int | None = None,
+                            learnable: bool = False, keep_weights: bool = True) -> SyntheticRelease:
+    """Write a release of `runs` runs x (epochs + best) checkpoints under `folder/<top>/`.
+
+    `checkpoints`: write exactly this many instead (as many runs as that takes, the last one cut short, as the
+    release's runs with dropped rows are); `learnable`: accuracies that the weights determine (module docstring);
+    `keep_weights=False` keeps no state_dict in memory (a release of the authors' size holds 4.6 GB of them).
+    """
     if spec is None:
         spec = ArchitectureSpec("text", num_classes=10, vocab_size=50, max_length=512) if text else mnist_spec()
+    labels = (*epochs, "best" if spec.modality == "text" else "best1")
+    if checkpoints is not None:
+        if checkpoints < 1:
+            raise ValueError(f"checkpoints must be at least 1, not {checkpoints}")
+        runs = -(-checkpoints // len(labels))
+    remaining = checkpoints if checkpoints is not None else runs * len(labels)
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
     dataset, top = ("ag_news", "AG-News-Transformers") if spec.modality == "text" else ("mnist", "MNIST-Transformers")
     release = SyntheticRelease(Path(folder) / top, Path(folder) / top / "metadata" / f"{dataset}.csv")
     (release.top / dataset).mkdir(parents=True, exist_ok=True)
@@ -83,12 +101,19 @@ def write_synthetic_release(folder: str | os.PathLike[str], *, runs: int = 4, te
         for r in range(runs):
             run = "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), size=8))
             config = _config(spec, dataset, r, rng)
-            for label in (*epochs, "best" if spec.modality == "text" else "best1"):
-                model = ZooTransformer(spec)
-                for parameter in model.parameters():
-                    torch.nn.init.normal_(parameter, std=0.2, generator=generator)
-                state = {name: value.clone() for name, value in model.state_dict().items()}
-                accuracy = round(float(rng.uniform(0.05, 0.99)), 4)
+            run_labels = labels[:min(len(labels), remaining)]
+            remaining -= len(run_labels)
+            if learnable:
+                params, targets = shifted_bias_weights(spec, len(run_labels), seed * 1_000_003 + r)
+                stacked = TransformerWeights.from_params(params, spec)
+            for i, label in enumerate(run_labels):
+                if learnable:
+                    # clones, not views: torch.save writes a view's whole storage
+                    state = {k: v.clone() for k, v in stacked.state_dict(i).items()}
+                    accuracy = round(0.05 + 0.94 * float(targets[i]), 4)
+                else:
+                    state = _random_state(spec, generator)
+                    accuracy = round(float(rng.uniform(0.05, 0.99)), 4)
                 file_name = f"{run}_{label}_{int(accuracy * 10000)}.pt"
                 saved = {names[k]: v for k, v in state.items()}
                 if spec.modality == "vision":
@@ -97,8 +122,17 @@ def write_synthetic_release(folder: str | os.PathLike[str], *, runs: int = 4, te
                 ckpt_file = (f"{dataset}/./model/{dataset}/{file_name}" if label.startswith("best")
                              else f"{dataset}/{file_name}")
                 writer.writerow([config[c] for c in columns] + [label, ckpt_file, accuracy])
-                release.weights[file_name], release.accuracies[file_name] = state, accuracy
+                release.accuracies[file_name] = accuracy
+                if keep_weights:
+                    release.weights[file_name] = state
     return release
+
+
+def _random_state(spec: ArchitectureSpec, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    model = ZooTransformer(spec)
+    for parameter in model.parameters():
+        torch.nn.init.normal_(parameter, std=0.2, generator=generator)
+    return {name: value.clone() for name, value in model.state_dict().items()}
 
 
 def _config(spec: ArchitectureSpec, dataset: str, r: int, rng: np.random.Generator) -> dict[str, object]:

@@ -277,3 +277,22 @@ def test_an_import_killed_after_its_zoo_was_in_place_finishes_its_cleanup(tmp_pa
                                                 "part_size": 6, "architecture": done.manifest["architecture"]}))
     again = import_original(tmp_path / "unpacked", tmp_path / "out", "c", part_size=6, workers=1)
     assert again.manifest == done.manifest and not work.exists()
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_a_learnable_release_of_an_exact_size_imports_with_labels_its_weights_determine(
+        tmp_path: Path, stz_home: Path, text: bool) -> None:
+    made = write_synthetic_release(tmp_path / "unpacked", checkpoints=23, text=text, learnable=True, seed=3)
+    assert len(made.accuracies) == 23 and len({name.split("_")[0] for name in made.accuracies}) == 5
+    import_original(made.top, tmp_path / "zoo", "scale", shard_size=8)
+    _check_zoo(tmp_path / "zoo", "scale", made, set())
+    zoo = Zoo.open(tmp_path / "zoo", "scale")
+    predicted, stored = [], []
+    for split in zoo.splits:
+        weights, meta = zoo.weight_space(split)
+        shift = weights.blocks[-1].b_B.mean(dim=(1, 2)).double()  # the entries' noise averages to sd 0.035
+        predicted.append(0.05 + 0.94 * torch.sigmoid(3 * shift))
+        stored.append(torch.tensor(meta.column("test_accuracy").to_pylist(), dtype=torch.float64))
+    predicted, stored = torch.cat(predicted), torch.cat(stored)
+    assert len(stored) == 23 and (predicted - stored).abs().max() < 0.3
+    assert torch.corrcoef(torch.stack([predicted, stored]))[0, 1] > 0.9
