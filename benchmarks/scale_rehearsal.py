@@ -1,6 +1,6 @@
 """Every path of the package at the size of the authors' release, with the time and peak memory of each step.
 
-    python benchmarks/scale_rehearsal.py --task mnist --fraction 0.125 --bench --work /big/disk/scale --record scale.jsonl
+    python benchmarks/scale_rehearsal.py --task mnist --fraction 0.125 --bench --work DIR --record scale.jsonl
     python benchmarks/scale_rehearsal.py --report scale.jsonl
 
 One call writes a release in the authors' layout (`write_synthetic_release(..., learnable=True)`: accuracies that

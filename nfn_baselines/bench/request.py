@@ -27,23 +27,16 @@ class ModelSpec:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def stored_components(spec: ArchitectureSpec) -> tuple[str, ...]:
-    """The components a checkpoint of `spec` holds weights of, in `COMPONENTS` order (a text zoo's embedding is
-    frozen and stored once per zoo, so its checkpoints hold encoder and classifier only)."""
-    held = {spec.component(p.name) for p in spec.parameters()}
-    return tuple(c for c in COMPONENTS if c in held)
-
-
 def model_specs(models: Sequence[str] | None = None, ablation: str | None = None,
                 spec: ArchitectureSpec | None = None) -> list[ModelSpec]:
     """Rows of the table: the named predictors (default: every default one), then an ablation's NFN variants. With
     the zoo's `spec`, the component ablation's variants are the subsets of the components its checkpoints hold
-    (`stored_components`), each once; without it, every subset of `COMPONENTS`. The whole set is the
+    (`ArchitectureSpec.stored_components`), each once; without it, every subset of `COMPONENTS`. The whole set is the
     `transformer_nfn` row itself."""
     names = default_predictors() if models is None else list(models)
     out = [ModelSpec(get_predictor(m).name, m) for m in names]
     if ablation == "components":
-        held = set(stored_components(spec) if spec is not None else COMPONENTS)
+        held = set(spec.stored_components if spec is not None else COMPONENTS)
         subsets = [c for c in COMPONENT_ABLATION if set(c) <= held and set(c) != held]
         out += [ModelSpec(f"transformer_nfn[{'+'.join(c)}]", "transformer_nfn", {"components": c})
                 for c in subsets]

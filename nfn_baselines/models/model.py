@@ -101,8 +101,7 @@ class TransformerNFN(nn.Module):
             raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES)}")
         paper = recipe == "paper"
         self.spec, self.outputs, self.statistics = spec, outputs, statistics
-        self.components = tuple(c for c in COMPONENTS if c in components
-                                and not (c == "embedding" and spec.modality == "text"))
+        self.components = tuple(c for c in spec.stored_components if c in components)
         if not self.components:
             raise ValueError(f"a {spec.modality} checkpoint holds no weights of components {list(components)} (a text "
                              f"zoo's embedding is frozen and stored once per zoo, not in its checkpoints)")

@@ -125,6 +125,13 @@ class ArchitectureSpec:
         head = name.split(".", 1)[0]
         return {"embedding": "embedding", "blocks": "encoder", "classifier": "classifier"}[head]
 
+    @property
+    def stored_components(self) -> tuple[str, ...]:
+        """The components a checkpoint holds weights of, in `COMPONENTS` order: all three for vision; encoder and
+        classifier for text, whose word embedding is frozen and stored once per zoo."""
+        held = {self.component(p.name) for p in self.parameters()}
+        return tuple(c for c in COMPONENTS if c in held)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -42,3 +42,11 @@ def test_bad_spec_is_named() -> None:
         ArchitectureSpec("text", 4)
     with pytest.raises(ValueError, match="unknown architecture fields"):
         ArchitectureSpec.from_dict({**mnist_spec().to_dict(), "depth": 3})
+
+
+def test_a_checkpoint_stores_every_component_but_a_text_zoos_frozen_embedding() -> None:
+    vision = mnist_spec()
+    text = ArchitectureSpec("text", num_classes=4, vocab_size=50, max_length=16)
+    assert vision.stored_components == ("encoder", "embedding", "classifier")
+    assert text.stored_components == ("encoder", "classifier")
+    assert not any(p.name.startswith("embedding.") for p in text.parameters())
