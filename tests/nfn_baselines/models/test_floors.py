@@ -1,0 +1,34 @@
+"""The `nearest_run` floor: blockwise distances give the brute-force nearest training row."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nfn_baselines.models.floors import NearestRun
+
+
+@settings(max_examples=40, deadline=None)
+@given(train_rows=st.integers(1, 23), query_rows=st.integers(0, 17), width=st.integers(1, 9),
+       chunks=st.tuples(st.integers(1, 5), st.integers(1, 7)), seed=st.integers(0, 2**16),
+       repeat=st.booleans())
+def test_blockwise_nearest_is_the_brute_force_nearest(train_rows: int, query_rows: int, width: int,
+                                                      chunks: tuple[int, int], seed: int, repeat: bool) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    train = torch.randn(train_rows, width, generator=generator)
+    if repeat and train_rows > 1:
+        train[-1] = train[0]  # a tie across blocks: either row is nearest
+    query = torch.randn(query_rows, width, generator=generator)
+    if query_rows:
+        query[0] = train[-1]
+    floor = NearestRun(SimpleNamespace(params=train, target=np.arange(train_rows, dtype=float)))
+    floor.QUERY_CHUNK, floor.TRAIN_CHUNK = chunks
+    found = floor.nearest(query)
+    distance = torch.cdist(query.double(), train.double()).numpy()
+    assert found.shape == (query_rows,)
+    assert np.allclose(distance[np.arange(query_rows), found], distance.min(1) if query_rows else 0, atol=1e-9)
+    if not repeat:
+        assert np.array_equal(found, distance.argmin(1))
+    assert floor.params.dtype == torch.float32  # the training split is not widened whole
