@@ -32,15 +32,18 @@ from pathlib import Path
 RELEASE = {"mnist": 62_756, "agnews": 63_796}
 CONFIG = "scale"
 REPO = "rehearsal/scale"
-BENCH = ["--seeds", "1", "--epochs", "2", "--models", "transformer_nfn", "statnn", "xgboost", "--thresholds",
-         "--device", "cpu", "--jobs", "1"]
+PROTOCOLS = ("paper", "all-checkpoints")
+BENCH_MODELS = ("transformer_nfn", "statnn", "xgboost")
+BENCH = ["--seeds", "1", "--epochs", "2", "--thresholds", "--device", "cpu", "--jobs", "1"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=sorted(RELEASE), default="mnist")
     parser.add_argument("--fraction", type=float, default=0.125)
-    parser.add_argument("--bench", action="store_true", help="run `stz bench` too (the costliest step)")
+    parser.add_argument("--bench", nargs="*", type=bench_plan, metavar="PROTOCOL[:MODEL,...]",
+                        help="run `stz bench` too (the costliest step) under these protocols, each with the floors and "
+                             f"its models (default: {','.join(BENCH_MODELS)}); the flag alone: both protocols")
     parser.add_argument("--work", type=Path, help="an empty folder on a disk with 35 GB free")
     parser.add_argument("--record", type=Path, help="JSON lines file the measurements are appended to")
     parser.add_argument("--report", type=Path, help="print the table of a record and stop")
@@ -56,10 +59,20 @@ def main() -> None:
     else:
         if args.work is None or args.record is None:
             parser.error("--work and --record are needed for a rehearsal")
-        rehearse(args.task, args.fraction, args.bench, args.work, args.record)
+        benches = [] if args.bench is None else args.bench or [bench_plan(p) for p in PROTOCOLS]
+        rehearse(args.task, args.fraction, benches, args.work, args.record)
 
 
-def rehearse(task: str, fraction: float, bench: bool, work: Path, record: Path) -> None:
+def bench_plan(value: str) -> tuple[str, tuple[str, ...]]:
+    """`paper` or `paper:transformer_nfn,statnn` -> (protocol, models)."""
+    protocol, _, models = value.partition(":")
+    if protocol not in PROTOCOLS:
+        raise argparse.ArgumentTypeError(f"unknown protocol {protocol!r}; choose from {list(PROTOCOLS)}")
+    return protocol, tuple(m for m in models.split(",") if m) or BENCH_MODELS
+
+
+def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...]]], work: Path,
+             record: Path) -> None:
     """Write the release, run every step under /usr/bin/time -v, append what each cost, delete the files."""
     checkpoints = round(RELEASE[task] * fraction)
     work.mkdir(parents=True, exist_ok=True)
@@ -87,10 +100,9 @@ def rehearse(task: str, fraction: float, bench: bool, work: Path, record: Path) 
             ("stz push (loopback Hub)", ["stz", "push", zoo, REPO]),
             ("load_dataset from the Hub (fresh)", [*step, "hub-load"]),
             ("streaming the train split from the Hub", [*step, "stream"])]
-    if bench:
-        plan += [(f"stz bench --protocol {p}", ["stz", "bench", zoo, "--config", CONFIG, "--protocol", p, *BENCH,
-                                                "--out", str(work / f"bench-{p}")])
-                 for p in ("paper", "all-checkpoints")]
+    plan += [(f"stz bench --protocol {p}", ["stz", "bench", zoo, "--config", CONFIG, "--protocol", p, *BENCH,
+                                            "--models", *models, "--out", str(work / f"bench-{p}")])
+             for p, models in benches]
     plan += [("stz score (full submission) + merge", [*step, "score"]),
              ("stz leaderboard (render)", ["stz", "leaderboard", str(work / "leaderboard.json"), "--markdown",
                                            str(work / "leaderboard.md")]),
@@ -104,6 +116,7 @@ def rehearse(task: str, fraction: float, bench: bool, work: Path, record: Path) 
             measured.update(task=task, fraction=fraction, checkpoints=checkpoints, step=label)
             if label.startswith("stz bench") and measured["rc"] == 0:
                 measured["epoch_seconds"] = _epoch_seconds(work / f"bench-{label.split()[-1]}")
+                measured["models"] = dict(benches)[label.split()[-1]]
             with open(record, "a") as handle:
                 handle.write(json.dumps(measured) + "\n")
             print(f"{task} {fraction:>6} {label:<44} {measured['seconds']:9.1f} s {measured['rss_gib']:7.2f} GiB"

@@ -32,3 +32,13 @@ def test_blockwise_nearest_is_the_brute_force_nearest(train_rows: int, query_row
     if not repeat:
         assert np.array_equal(found, distance.argmin(1))
     assert floor.params.dtype == torch.float32  # the training split is not widened whole
+
+
+def test_on_its_own_training_split_each_checkpoint_is_its_own_nearest() -> None:
+    train = SimpleNamespace(params=torch.randn(30, 6, generator=torch.Generator().manual_seed(1)),
+                            target=np.linspace(0, 1, 30))
+    floor = NearestRun(train)
+    assert np.array_equal(floor.predict(train), train.target)
+    copy = SimpleNamespace(params=train.params.clone(), target=train.target)  # the same rows by search
+    assert np.array_equal(floor.predict(copy), train.target)
+    assert np.array_equal(floor.nearest(train.params), np.arange(30))
