@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -16,6 +15,8 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+from small_transformer_zoo.testing import free_loopback_port  # noqa: E402  (does not import huggingface_hub)
+
 if os.environ.get("STZ_BENCH_DIR"):
     WORK = Path(os.environ["STZ_BENCH_DIR"])
 else:
@@ -23,14 +24,8 @@ else:
     atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 # huggingface_hub reads these once, at import, and the package imports it: set them before anything is imported.
-PORT = _free_port()
+PORT = free_loopback_port()
 os.environ.update(HF_ENDPOINT=f"http://127.0.0.1:{PORT}", HF_HUB_DISABLE_XET="1", HF_HOME=str(WORK / "hf-home"),
                   HF_DATASETS_CACHE=str(WORK / "hf-datasets"), STZ_HOME=str(WORK / "stz-home"),
                   HF_HUB_DISABLE_TELEMETRY="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")

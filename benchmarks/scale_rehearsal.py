@@ -22,12 +22,13 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
+
+from small_transformer_zoo.testing import free_loopback_port
 
 RELEASE = {"mnist": 62_756, "agnews": 63_796}
 CONFIG = "scale"
@@ -81,7 +82,7 @@ def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...
                         "HF_HUB_DISABLE_TELEMETRY": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                         "STZ_SCALE_CHECKPOINTS": str(checkpoints)}
     (work / "tmp").mkdir(exist_ok=True)
-    port = _free_port()
+    port = free_loopback_port()
     env["HF_ENDPOINT"] = f"http://127.0.0.1:{port}"
     me = [sys.executable, str(Path(__file__).resolve())]
     step = [*me, "--work", str(work), "--task", task, "--step"]
@@ -153,12 +154,6 @@ def _epoch_seconds(out: Path) -> dict[str, float]:
     epochs = results["request"]["epochs"]
     return {model: round(sum(times.values()) / epochs, 2) for model, times in results["fit_seconds"].items()
             if model in ("transformer_nfn", "mlp", "statnn")}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def serve(port: int) -> None:

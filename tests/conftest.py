@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from small_transformer_zoo.testing import free_loopback_port
+
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="stz-tests-"))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-_PORT = _free_port()
+_PORT = free_loopback_port()
 os.environ.update(HF_ENDPOINT=f"http://127.0.0.1:{_PORT}", HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1",
                   HF_HOME=str(_SESSION_DIR / "hf-home"), HF_DATASETS_CACHE=str(_SESSION_DIR / "hf-datasets"),
                   STZ_HOME=str(_SESSION_DIR / "stz-home"))

@@ -166,8 +166,10 @@ def test_builders_and_predictors_do_not_import_each_other() -> None:
     assert crossing == []
 
 
-@pytest.mark.parametrize("statement", ["import small_transformer_zoo", "import small_transformer_zoo.cli"])
+@pytest.mark.parametrize("statement", ["import small_transformer_zoo", "import small_transformer_zoo.cli",
+                                       "from small_transformer_zoo.testing import free_loopback_port"])
 def test_package_root_loads_neither_torch_nor_datasets(statement: str) -> None:
+    """Nor `huggingface_hub`, which reads HF_ENDPOINT once at import: the tests' port must be chosen first."""
     code = f"{statement}; import sys; print(sorted(m for m in ('torch', 'datasets', 'huggingface_hub') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PROJECT)
     assert result.stdout.strip() == "[]"
