@@ -3,6 +3,7 @@ epoch of a neural model.
 
     python benchmarks/bench_fit_scaling.py --rows 8827 --models xgboost --rounds 6
     python benchmarks/bench_fit_scaling.py --rows 44000 --models statnn
+    python benchmarks/bench_fit_scaling.py --rows 22000 --models nearest_run
 
 The data are synthetic checkpoints of the MNIST architecture (18,506 weights) with a learnable label.
 
@@ -14,6 +15,10 @@ training row's leaf, and the growth exponent of the time per round against the s
 
 A neural model (`statnn`, `transformer_nfn`, `mlp`): one epoch at 1/8 and all of `--rows`, twice, interleaved, so
 that a load that changes during the run weighs on both sizes; it prints the time per checkpoint and its ratio.
+
+The `nearest_run` floor: the exact nearest training checkpoint of each of `--rows` / 2 queries (about the
+all-checkpoints protocol's validation and test splits against its training split), at 1/8 and all of `--rows`:
+an exhaustive search, so its time grows with the square of the size.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from types import SimpleNamespace
 
 import torch
 from xgboost.callback import TrainingCallback
@@ -28,6 +34,7 @@ from xgboost.callback import TrainingCallback
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
 from nfn_baselines.models.baselines import tree_model
+from nfn_baselines.models.floors import NearestRun
 from nfn_baselines.models.predictors import get_predictor
 from nfn_baselines.models.train import TrainConfig, train_predictor
 from small_transformer_zoo.format.architecture import mnist_spec
@@ -111,12 +118,28 @@ def neural_epochs(name: str, x: torch.Tensor, y: torch.Tensor) -> None:
           f"{1 + math.log(ratio) / math.log(large / small):.2f})")
 
 
+def nearest_run_search(x: torch.Tensor, y: torch.Tensor) -> None:
+    print(f"nearest_run: exact search, float64 blocks of {NearestRun.TRAIN_CHUNK} training rows, "
+          f"{torch.get_num_threads()} threads")
+    first: tuple[int, float] | None = None
+    for rows in (len(x) // 8, len(x)):
+        train, queries = SimpleNamespace(params=x[:rows], target=y[:rows].numpy()), x[: rows // 2]
+        floor = NearestRun(train)
+        start = time.perf_counter()
+        floor.predict(SimpleNamespace(params=queries))
+        seconds = time.perf_counter() - start
+        first = first or (rows, seconds)
+        growth = "-" if rows == first[0] else f"{math.log(seconds / first[1]) / math.log(rows / first[0]):.2f}"
+        print(f"  {rows:>6} training, {len(queries):>6} queries {seconds:9.2f} s  "
+              f"{2 * rows * len(queries) * x.shape[1] / seconds / 1e9:6.1f} GFLOP/s  growth {growth}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=8827, help="the largest training split (default: the paper "
                         "protocol's at the release's MNIST size; the all-checkpoints protocol's is 44,000)")
     parser.add_argument("--models", nargs="+", default=["xgboost", "statnn"],
-                        choices=["xgboost", "statnn", "transformer_nfn", "mlp"])
+                        choices=["xgboost", "nearest_run", "statnn", "transformer_nfn", "mlp"])
     parser.add_argument("--rounds", type=int, default=6, help="XGBoost's rounds, at least 2: the first holds the "
                         "set-up")
     args = parser.parse_args()
@@ -127,6 +150,8 @@ def main() -> None:
     for name in args.models:
         if name == "xgboost":
             xgboost_rounds(x, y, args.rounds)
+        elif name == "nearest_run":
+            nearest_run_search(x, y)
         else:
             neural_epochs(name, x, y)
 
