@@ -4,6 +4,7 @@ epoch of a neural model.
     python benchmarks/bench_fit_scaling.py --rows 8827 --models xgboost --rounds 6
     python benchmarks/bench_fit_scaling.py --rows 44000 --models statnn
     python benchmarks/bench_fit_scaling.py --rows 22000 --models nearest_run
+    python benchmarks/bench_fit_scaling.py --rows 44000 --models xgboost_memory --validation-rows 9400
 
 The data are synthetic checkpoints of the MNIST architecture (18,506 weights) with a learnable label.
 
@@ -19,6 +20,10 @@ that a load that changes during the run weighs on both sizes; it prints the time
 The `nearest_run` floor: the exact nearest training checkpoint of each of `--rows` / 2 queries (about the
 all-checkpoints protocol's validation and test splits against its training split), at 1/8 and all of `--rows`:
 an exhaustive search, so its time grows with the square of the size.
+
+`xgboost_memory`: the peak memory XGBoost adds to its input arrays when fitted as `stz bench` fits it (2 rounds,
+with `--validation-rows` checkpoints as its evaluation set), on all of `--rows` (the kernel's VmHWM, reset once
+the arrays are made; Linux only).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -96,11 +102,11 @@ def xgboost_rounds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> None:
                   f" {per_row_level} {growth:>7}", flush=True)
 
 
-def neural_epochs(name: str, x: torch.Tensor, y: torch.Tensor) -> None:
+def neural_epochs(name: str, x: torch.Tensor, y: torch.Tensor, validation_rows: int) -> None:
     predictor = get_predictor(name)
-    validation = shifted_bias_weights(SPEC, 500, 1)
+    validation = shifted_bias_weights(SPEC, validation_rows, 1)
     small, large = len(x) // 8, len(x)
-    print(f"{name}: one epoch (batch {TrainConfig().batch_size}, 500 validation checkpoints), "
+    print(f"{name}: one epoch (batch {TrainConfig().batch_size}, {validation_rows} validation checkpoints), "
           f"{torch.get_num_threads()} threads, at {small} and {large} training checkpoints")
     per_checkpoint: dict[int, list[float]] = {small: [], large: []}
     for _ in range(2):
@@ -134,12 +140,35 @@ def nearest_run_search(x: torch.Tensor, y: torch.Tensor) -> None:
               f"{2 * rows * len(queries) * x.shape[1] / seconds / 1e9:6.1f} GFLOP/s  growth {growth}", flush=True)
 
 
+def _memory_gib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 2**20
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def xgboost_memory(x: torch.Tensor, y: torch.Tensor, validation_rows: int) -> None:
+    vx, vy = shifted_bias_weights(SPEC, validation_rows, 1)
+    arrays = x.numpy(), y.numpy(), vx.numpy(), vy.numpy()
+    before = _memory_gib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from the current RSS
+    model = tree_model("xgboost", seed=0, n_estimators=2)
+    model.set_params(early_stopping_rounds=None)
+    start = time.perf_counter()
+    model.fit(arrays[0], arrays[1], eval_set=[(arrays[2], arrays[3])], verbose=False)
+    peak = _memory_gib("VmHWM")
+    print(f"XGBoost, 2 rounds on {len(x)} training and {validation_rows} validation checkpoints: "
+          f"{time.perf_counter() - start:.1f} s; input arrays {before:.2f} GiB (process RSS), peak during the fit "
+          f"{peak:.2f} GiB: {peak - before:.2f} GiB above them", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=8827, help="the largest training split (default: the paper "
                         "protocol's at the release's MNIST size; the all-checkpoints protocol's is 44,000)")
     parser.add_argument("--models", nargs="+", default=["xgboost", "statnn"],
-                        choices=["xgboost", "nearest_run", "statnn", "transformer_nfn", "mlp"])
+                        choices=["xgboost", "xgboost_memory", "nearest_run", "statnn", "transformer_nfn", "mlp"])
+    parser.add_argument("--validation-rows", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=6, help="XGBoost's rounds, at least 2: the first holds the "
                         "set-up")
     args = parser.parse_args()
@@ -150,10 +179,12 @@ def main() -> None:
     for name in args.models:
         if name == "xgboost":
             xgboost_rounds(x, y, args.rounds)
+        elif name == "xgboost_memory":
+            xgboost_memory(x, y, args.validation_rows)
         elif name == "nearest_run":
             nearest_run_search(x, y)
         else:
-            neural_epochs(name, x, y)
+            neural_epochs(name, x, y, args.validation_rows)
 
 
 if __name__ == "__main__":
