@@ -1,5 +1,5 @@
-"""How the benchmark's fits grow with the training split: XGBoost's cost per boosting round, and one training
-epoch of a neural model.
+"""How the benchmark's fits grow with the training split: XGBoost's time per boosting round and its memory, one
+training epoch of a neural model, and the `nearest_run` floor's search.
 
     python benchmarks/bench_fit_scaling.py --rows 8827 --models xgboost --rounds 6
     python benchmarks/bench_fit_scaling.py --rows 44000 --models statnn
