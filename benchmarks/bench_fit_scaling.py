@@ -3,6 +3,7 @@ training epoch of a neural model, and the `nearest_run` floor's search.
 
     python benchmarks/bench_fit_scaling.py --rows 8827 --models xgboost --rounds 6
     python benchmarks/bench_fit_scaling.py --rows 44000 --models statnn
+    python benchmarks/bench_fit_scaling.py --rows 44000 --models transformer_nfn
     python benchmarks/bench_fit_scaling.py --rows 22000 --models nearest_run
     python benchmarks/bench_fit_scaling.py --rows 44000 --models xgboost_memory --validation-rows 9400
 
@@ -48,6 +49,13 @@ from small_transformer_zoo.testing.labelled_weights import shifted_bias_weights
 
 SPEC = mnist_spec()
 SHAPES = {"benchmark settings": {}, "16 leaves at most": {"max_leaves": 16}}
+
+
+def growth(size: int, cost: float, first: tuple[int, float]) -> str:
+    """log(cost ratio) / log(size ratio) against the first (size, cost) measured: 1 is linear."""
+    if size == first[0]:
+        return "-"
+    return f"{math.log(cost / first[1]) / math.log(size / first[0]):.2f}"
 
 
 class RoundClock(TrainingCallback):
@@ -96,10 +104,9 @@ def xgboost_rounds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> None:
             per_round = (clock.ends[-1] - clock.ends[0]) / (rounds - 1)
             leaves, depth = leaf_shape(model.get_booster())
             first = first or (rows, per_round)
-            growth = "-" if rows == first[0] else f"{math.log(per_round / first[1]) / math.log(rows / first[0]):.2f}"
             per_row_level = f"{per_round / (rows * depth) * 1e6:>13.2f} us" if depth else f"{'-':>16}"
             print(f"  {label:<20} {rows:>6} {set_up:>9.2f} {per_round:>8.3f} {leaves:>7.1f} {depth:>10.2f}"
-                  f" {per_row_level} {growth:>7}", flush=True)
+                  f" {per_row_level} {growth(rows, per_round, first):>7}", flush=True)
 
 
 def neural_epochs(name: str, x: torch.Tensor, y: torch.Tensor, validation_rows: int) -> None:
@@ -121,7 +128,7 @@ def neural_epochs(name: str, x: torch.Tensor, y: torch.Tensor, validation_rows: 
                   flush=True)
     ratio = min(per_checkpoint[large]) / min(per_checkpoint[small])
     print(f"  per checkpoint, best of two: {ratio:.2f}x at {large} against {small} (1 = linear; growth "
-          f"{1 + math.log(ratio) / math.log(large / small):.2f})")
+          f"{growth(large, ratio * large, (small, small))})")
 
 
 def nearest_run_search(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -135,9 +142,8 @@ def nearest_run_search(x: torch.Tensor, y: torch.Tensor) -> None:
         floor.predict(SimpleNamespace(params=queries))
         seconds = time.perf_counter() - start
         first = first or (rows, seconds)
-        growth = "-" if rows == first[0] else f"{math.log(seconds / first[1]) / math.log(rows / first[0]):.2f}"
         print(f"  {rows:>6} training, {len(queries):>6} queries {seconds:9.2f} s  "
-              f"{2 * rows * len(queries) * x.shape[1] / seconds / 1e9:6.1f} GFLOP/s  growth {growth}", flush=True)
+              f"{2 * rows * len(queries) * x.shape[1] / seconds / 1e9:6.1f} GFLOP/s  growth {growth(rows, seconds, first)}", flush=True)
 
 
 def _memory_gib(field: str) -> float:

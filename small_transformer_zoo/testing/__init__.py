@@ -3,9 +3,9 @@ own: a Hugging Face Hub stand-in on 127.0.0.1 (`HubServer`), so code that reads 
 real HTTP server without a network; small synthetic zoos (`synthetic_zoo`), releases in the authors' layout
 (`synthetic_release`) and weights that carry a learnable label (`labelled_weights`).
 
-`huggingface_hub` reads `HF_ENDPOINT` once, at import: pick a free port (`free_loopback_port()`), set `HF_ENDPOINT=http://127.0.0.1:<port>`
-first, then use `HubServer(port)` (see tests/conftest.py). `HubServer` is imported on first use, so the other
-modules here can be imported before `HF_ENDPOINT` is set.
+`huggingface_hub` reads `HF_ENDPOINT` once, at import: pick a free port (`free_loopback_port()`), set
+`HF_ENDPOINT=http://127.0.0.1:<port>` first, then use `HubServer(port)` (see tests/conftest.py). `HubServer` is
+imported on first use, so the other modules here can be imported before `HF_ENDPOINT` is set.
 """
 
 from __future__ import annotations
