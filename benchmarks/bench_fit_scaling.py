@@ -142,8 +142,9 @@ def nearest_run_search(x: torch.Tensor, y: torch.Tensor) -> None:
         floor.predict(SimpleNamespace(params=queries))
         seconds = time.perf_counter() - start
         first = first or (rows, seconds)
-        print(f"  {rows:>6} training, {len(queries):>6} queries {seconds:9.2f} s  "
-              f"{2 * rows * len(queries) * x.shape[1] / seconds / 1e9:6.1f} GFLOP/s  growth {growth(rows, seconds, first)}", flush=True)
+        rate = 2 * rows * len(queries) * x.shape[1] / seconds / 1e9
+        print(f"  {rows:>6} training, {len(queries):>6} queries {seconds:9.2f} s  {rate:6.1f} GFLOP/s  "
+              f"growth {growth(rows, seconds, first)}", flush=True)
 
 
 def _memory_gib(field: str) -> float:
