@@ -11,7 +11,8 @@ preparation and the cached load, a torch DataLoader over the train split, `stz p
 load and a stream from it, (`--bench`) `stz bench` under both protocols, scoring a full submission and merging it
 into a leaderboard, `stz info`, a filtered select and the card. Every file of the size is deleted at the end.
 `--report` prints each step at every size measured, and its growth exponent (log time ratio / log size ratio
-between the smallest and the largest size: 1 is linear).
+between the smallest and the largest size: 1 is linear); with `--plot FILE.png` it also draws them on log-log axes
+beside a linear slope.
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="an empty folder on a disk with 35 GB free")
     parser.add_argument("--record", type=Path, help="JSON lines file the measurements are appended to")
     parser.add_argument("--report", type=Path, help="print the table of a record and stop")
+    parser.add_argument("--plot", type=Path, help="with --report: also draw each step's time and peak RSS against "
+                                                  "the size to this PNG")
     parser.add_argument("--step", help=argparse.SUPPRESS)    # internal: run one in-process step
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # internal: the loopback Hub on this port
     args = parser.parse_args()
     if args.report:
-        print_report([json.loads(line) for line in args.report.read_text().splitlines() if line.strip()])
+        rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
+        print_report(rows)
+        if args.plot:
+            plot_report(rows, args.plot)
     elif args.serve:
         serve(args.serve)
     elif args.step:
@@ -271,6 +277,41 @@ def print_report(rows: list[dict]) -> None:
         for r in mine:
             if r.get("epoch_seconds"):
                 print(f"  {r['step']} at {r['checkpoints']:,}: seconds per epoch {r['epoch_seconds']}")
+
+
+def plot_report(rows: list[dict], path: Path) -> None:
+    """Per task, each step's seconds and peak RSS against the checkpoints on log-log axes, with a dashed line of
+    slope 1 through the median step's smallest size: a step steeper than it grows faster than linearly."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r["task"] for r in rows})
+    figure, axes = plt.subplots(len(tasks), 2, figsize=(13, 5 * len(tasks)), squeeze=False)
+    for (time_axis, memory_axis), task in zip(axes, tasks):
+        mine = [r for r in rows if r["task"] == task and r["rc"] == 0]
+        colours = plt.get_cmap("tab20").colors
+        for number, step in enumerate(dict.fromkeys(r["step"] for r in mine)):
+            points = sorted((r["checkpoints"], r["seconds"], r["rss_gib"]) for r in mine if r["step"] == step)
+            sizes = [p[0] for p in points]
+            style = dict(color=colours[number % len(colours)], marker="osD^v"[number % 5], label=step)
+            time_axis.plot(sizes, [p[1] for p in points], **style)
+            memory_axis.plot(sizes, [p[2] for p in points], **style)
+        smallest, largest = min(r["checkpoints"] for r in mine), max(r["checkpoints"] for r in mine)
+        middle = sorted(r["seconds"] for r in mine if r["checkpoints"] == smallest)
+        middle_seconds = middle[len(middle) // 2]
+        time_axis.plot([smallest, largest], [middle_seconds, middle_seconds * largest / smallest], "k--",
+                       label="linear")
+        for axis, label in ((time_axis, "seconds"), (memory_axis, "peak RSS (GiB)")):
+            axis.set(xscale="log", yscale="log", xlabel="checkpoints", ylabel=label, title=f"{task}: {label}")
+            axis.grid(True, which="both", alpha=0.3)
+        memory_axis.axhline(16, color="red", linestyle=":", label="16 GiB")
+        time_axis.legend(fontsize=7, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
