@@ -130,7 +130,7 @@ def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Conditio
         predictions = {s: np.asarray(fitted.predict(condition.splits[s]), dtype=float) for s in SPLITS}
         fits.append(Fit(predictions, {"seeded": predictor.seeded},
                         validation_score(predictions["validation"], condition.splits["validation"].target,
-                                         data.target.loss)))
+                                         data.target.loss), getattr(fitted, "rounds", None)))
     return fits if predictor.seeded else fits * len(seeds)
 
 

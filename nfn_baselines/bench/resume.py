@@ -36,7 +36,7 @@ class Fit:
     predictions: dict[str, np.ndarray]
     trial: dict[str, Any]
     validation_score: float
-    best_epoch: int | None = None
+    best_epoch: int | None = None  # a neural model's best epoch; a boosted model's rounds kept by early stopping
 
 
 # Request fields that change only how finished fits are scored or how fast trees train, not the fits themselves.

@@ -165,6 +165,15 @@ class FittedTable:
     def __init__(self, model: Any, features: Any, classes: int = 0) -> None:
         self.model, self.features, self.classes = model, features, classes
 
+    @property
+    def rounds(self) -> int | None:
+        """The boosting rounds early stopping kept (XGBoost, LightGBM); None for a model without rounds."""
+        kept = getattr(self.model, "best_iteration", None)  # XGBoost, from 0
+        if kept is not None:
+            return int(kept) + 1
+        kept = getattr(self.model, "best_iteration_", None)  # LightGBM, from 1
+        return int(kept) if kept else None
+
     def predict(self, split: Any) -> np.ndarray:
         x = self.features(split)
         if not self.classes:

@@ -111,6 +111,8 @@ def test_stz_bench_writes_json_markdown_plot_and_leaderboard(learnable_zoo: Path
     saved = json.loads((tmp_path / "learnable-bench.json").read_text())
     assert set(saved["models"]) == {"mlp", "lightgbm"} and saved["seeds"] == [0]
     assert saved["bootstrap"] == {"resamples": 200, "seed": 0, "unit": "test run", "confidence": 0.95}
+    rounds = saved["models"]["lightgbm"]["best_epochs"]  # the boosting rounds early stopping kept
+    assert len(rounds) == 1 and all(isinstance(r, int) and 1 <= r <= 300 for r in rounds)
     assert (tmp_path / "learnable-bench-predicted-vs-true.png").is_file()
     board = {e["name"]: e["metrics"] for e in load_leaderboard(tmp_path / "b.json")}
     assert board.keys() == {"mlp", "lightgbm"}

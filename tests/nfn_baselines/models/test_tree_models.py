@@ -1,13 +1,17 @@
 """XGBoost with its bin boundaries sketched on a sample of the training rows: the trees split only on the sample's
-boundaries, the evaluation set is binned on them too, and splits within the limit are fitted as XGBoost fits them."""
+boundaries, and splits within the limit are fitted as XGBoost fits them. The boosted models report the rounds
+early stopping kept."""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xgboost import QuantileDMatrix, XGBClassifier, XGBRegressor
 
-from nfn_baselines.models.baselines import SKETCH_ROWS, sampled_sketch, sketch_rows, tree_model
+from nfn_baselines.models.baselines import SKETCH_ROWS, fit_tree, sampled_sketch, sketch_rows, tree_model
 
 SETTINGS = dict(n_estimators=6, max_bin=16, tree_method="hist", n_jobs=1)
 
@@ -85,3 +89,23 @@ def test_the_benchmark_models_sketch_on_the_first_sketch_rows(classification: bo
     sample = cuts(x[sketch_rows(len(x), 5)])
     used = thresholds(model)
     assert used and all(np.isin(values, sample[f]).all() for f, values in used.items())
+
+
+@pytest.mark.parametrize("name", ["xgboost", "lightgbm", "random_forest"])
+def test_the_rounds_early_stopping_kept_are_reported(name: str) -> None:
+    x, y = table(400, 21)
+    noise = np.random.default_rng(22).normal(size=100)  # a validation target the weights do not predict
+    train = SimpleNamespace(params=torch.from_numpy(x), target=y)
+    validation = SimpleNamespace(params=torch.from_numpy(table(100, 23)[0]), target=noise)
+    model = tree_model(name, seed=0, n_estimators=200)
+    if name != "random_forest":
+        model.set_params(min_child_weight=1)
+    fitted = fit_tree(model, name, train, validation)
+    if name == "xgboost":
+        assert fitted.rounds == model.get_booster().num_boosted_rounds() - 30  # it stopped 30 rounds after
+    elif name == "lightgbm":
+        assert fitted.rounds == model.best_iteration_ == model.booster_.current_iteration()  # kept, the rest cut
+    else:
+        assert fitted.rounds is None
+    if fitted.rounds is not None:
+        assert 1 <= fitted.rounds < 200
