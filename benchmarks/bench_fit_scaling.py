@@ -6,6 +6,8 @@ training epoch of a neural model, and the `nearest_run` floor's search.
     python benchmarks/bench_fit_scaling.py --rows 44000 --models transformer_nfn
     python benchmarks/bench_fit_scaling.py --rows 22000 --models nearest_run
     python benchmarks/bench_fit_scaling.py --rows 44000 --models xgboost_memory --validation-rows 9400
+    python benchmarks/bench_fit_scaling.py --rows 4000 --models xgboost_sketch --sketch-limit 1024 --rounds 50 \
+        --validation-rows 1000
 
 The data are synthetic checkpoints of the MNIST architecture (18,506 weights) with a learnable label.
 
@@ -24,13 +26,21 @@ an exhaustive search, so its time grows with the square of the size.
 
 `xgboost_memory`: the peak memory XGBoost adds to its input arrays when fitted as `stz bench` fits it (2 rounds,
 with `--validation-rows` checkpoints as its evaluation set), on all of `--rows` (the kernel's VmHWM, reset once
-the arrays are made; Linux only).
+the arrays are made; Linux only), against the same fit with XGBoost's own sketch of every training row; each fit in
+its own process.
+
+`xgboost_sketch`: whether finding the bin boundaries on `--sketch-limit` training rows costs accuracy: `--rounds`
+rounds on all of `--rows` with the boundaries from every row and from the sample, each scored by Kendall's tau on
+`--validation-rows` fresh test checkpoints, with 95% intervals and the paired difference.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,7 +50,8 @@ from xgboost.callback import TrainingCallback
 
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
-from nfn_baselines.models.baselines import tree_model
+from nfn_baselines.models.baselines import SKETCH_ROWS, sampled_sketch, tree_model
+from nfn_baselines.models.metrics import RunResamples, kendall_tau, paired_difference, percentile_interval, tau_above
 from nfn_baselines.models.floors import NearestRun
 from nfn_baselines.models.predictors import get_predictor
 from nfn_baselines.models.train import TrainConfig, train_predictor
@@ -154,19 +165,69 @@ def _memory_gib(field: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def xgboost_memory(x: torch.Tensor, y: torch.Tensor, validation_rows: int) -> None:
+def benchmark_xgboost(sketch_limit: int, **settings: object) -> object:
+    """XGBoost as `stz bench` fits it, with its bin boundaries found on at most `sketch_limit` training rows."""
+    from xgboost import XGBRegressor
+
+    params = {**tree_model("xgboost", seed=0).get_params(), **settings}
+    return sampled_sketch(XGBRegressor, sketch_limit)(**params)
+
+
+def xgboost_memory_one(x: torch.Tensor, y: torch.Tensor, validation_rows: int, sketch_limit: int) -> None:
+    """One fit's peak memory, in this process: one JSON line."""
     vx, vy = shifted_bias_weights(SPEC, validation_rows, 1)
     arrays = x.numpy(), y.numpy(), vx.numpy(), vy.numpy()
     before = _memory_gib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from the current RSS
-    model = tree_model("xgboost", seed=0, n_estimators=2)
-    model.set_params(early_stopping_rounds=None)
+    model = benchmark_xgboost(sketch_limit, n_estimators=2, early_stopping_rounds=None)
     start = time.perf_counter()
     model.fit(arrays[0], arrays[1], eval_set=[(arrays[2], arrays[3])], verbose=False)
-    peak = _memory_gib("VmHWM")
-    print(f"XGBoost, 2 rounds on {len(x)} training and {validation_rows} validation checkpoints: "
-          f"{time.perf_counter() - start:.1f} s; input arrays {before:.2f} GiB (process RSS), peak during the fit "
-          f"{peak:.2f} GiB: {peak - before:.2f} GiB above them", flush=True)
+    print(json.dumps({"seconds": time.perf_counter() - start, "input": before, "peak": _memory_gib("VmHWM")}))
+
+
+def xgboost_memory(rows: int, validation_rows: int) -> None:
+    """The benchmark's XGBoost against XGBoost's own sketch of every row, each fitted in its own process."""
+    print(f"XGBoost, 2 rounds on {rows} training and {validation_rows} validation checkpoints, each in its own "
+          f"process; memory in GiB (process RSS)")
+    print(f"  {'bin boundaries from':<28} {'seconds':>8} {'input':>6} {'peak':>6} {'above input':>12}")
+    above: dict[str, float] = {}
+    for label, limit in (("every training row", rows), (f"{min(rows, SKETCH_ROWS)} rows (the benchmark)",
+                                                          SKETCH_ROWS)):
+        child = subprocess.run([sys.executable, __file__, "--rows", str(rows), "--validation-rows",
+                                str(validation_rows), "--memory-child", str(limit)],
+                               capture_output=True, text=True, check=True)
+        fit = json.loads(child.stdout.strip().splitlines()[-1])
+        above[label] = fit["peak"] - fit["input"]
+        print(f"  {label:<28} {fit['seconds']:>8.1f} {fit['input']:>6.2f} {fit['peak']:>6.2f} "
+              f"{above[label]:>12.2f}", flush=True)
+    first, second = above.values()
+    print(f"  the benchmark's fit adds {second / first:.2f}x the memory of XGBoost's own sketch")
+
+
+def xgboost_sketch(x: torch.Tensor, y: torch.Tensor, validation_rows: int, rounds: int, sketch_limit: int) -> None:
+    """Test tau of XGBoost with bin boundaries from every training row and from `sketch_limit` of them, same rounds,
+    with 95% intervals and their paired difference over 1,000 resamples of the test checkpoints."""
+    vx, vy = shifted_bias_weights(SPEC, validation_rows, 1)
+    tx, ty = shifted_bias_weights(SPEC, validation_rows, 2)
+    true = ty.numpy().astype(float)
+    draws = RunResamples.of([str(i) for i in range(len(true))], 1000, 0)
+    print(f"XGBoost, {rounds} rounds on {len(x)} training checkpoints, scored on {len(true)} test checkpoints "
+          f"(each its own run), 1 thread")
+    scored = {}
+    for label, limit in (("every training row", len(x)), (f"{min(len(x), sketch_limit)} rows", sketch_limit)):
+        model = benchmark_xgboost(limit, n_estimators=rounds, early_stopping_rounds=None)
+        start = time.perf_counter()
+        model.fit(x.numpy(), y.numpy(), eval_set=[(vx.numpy(), vy.numpy())], verbose=False)
+        predicted = model.predict(tx.numpy()).astype(float)
+        values = draws.values(tau_above(predicted, true))
+        scored[label] = (kendall_tau(predicted, true), values)
+        low, high = percentile_interval(values)
+        print(f"  bin boundaries from {label:<20} tau {scored[label][0]:.4f} [{low:.4f}, {high:.4f}]  "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    (a, (ea, va)), (b, (eb, vb)) = scored.items()
+    d = paired_difference(vb, va, eb, ea)
+    print(f"  {b} minus {a}: {d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+          f"{' (tied)' if d['tied'] else ''}")
 
 
 def main() -> None:
@@ -174,24 +235,33 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8827, help="the largest training split (default: the paper "
                         "protocol's at the release's MNIST size; the all-checkpoints protocol's is 44,000)")
     parser.add_argument("--models", nargs="+", default=["xgboost", "statnn"],
-                        choices=["xgboost", "xgboost_memory", "nearest_run", "statnn", "transformer_nfn", "mlp"])
+                        choices=["xgboost", "xgboost_memory", "xgboost_sketch", "nearest_run", "statnn",
+                                 "transformer_nfn", "mlp"])
     parser.add_argument("--validation-rows", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=6, help="XGBoost's rounds, at least 2: the first holds the "
                         "set-up")
+    parser.add_argument("--sketch-limit", type=int, default=SKETCH_ROWS, help="xgboost_sketch: the training rows "
+                        f"the sampled bin boundaries come from (default {SKETCH_ROWS}, the benchmark's)")
+    parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)  # internal: one xgboost_memory fit
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2")
-    x, y = shifted_bias_weights(SPEC, args.rows, 0)
+    if args.memory_child is not None:
+        xgboost_memory_one(*shifted_bias_weights(SPEC, args.rows, 0), args.validation_rows, args.memory_child)
+        return
     print(f"{SPEC.n_params} weights per checkpoint, {args.rows} synthetic checkpoints")
+    data = shifted_bias_weights(SPEC, args.rows, 0) if set(args.models) - {"xgboost_memory"} else None
     for name in args.models:
         if name == "xgboost":
-            xgboost_rounds(x, y, args.rounds)
+            xgboost_rounds(*data, args.rounds)
         elif name == "xgboost_memory":
-            xgboost_memory(x, y, args.validation_rows)
+            xgboost_memory(args.rows, args.validation_rows)
+        elif name == "xgboost_sketch":
+            xgboost_sketch(*data, args.validation_rows, args.rounds, args.sketch_limit)
         elif name == "nearest_run":
-            nearest_run_search(x, y)
+            nearest_run_search(*data)
         else:
-            neural_epochs(name, x, y, args.validation_rows)
+            neural_epochs(name, *data, args.validation_rows)
 
 
 if __name__ == "__main__":
