@@ -246,6 +246,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2")
+    if args.sketch_limit < 1:
+        parser.error(f"--sketch-limit must be at least 1, got {args.sketch_limit}")
     if args.memory_child is not None:
         xgboost_memory_one(*shifted_bias_weights(SPEC, args.rows, 0), args.validation_rows, args.memory_child)
         return

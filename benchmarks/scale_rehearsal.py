@@ -54,6 +54,8 @@ def main() -> None:
     parser.add_argument("--step", help=argparse.SUPPRESS)    # internal: run one in-process step
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # internal: the loopback Hub on this port
     args = parser.parse_args()
+    if args.plot and not args.report:
+        parser.error("--plot draws a record: give it with --report RECORD")
     if args.report:
         rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
         print_report(rows)

@@ -81,7 +81,7 @@ def test_the_classifier_is_sketched_on_the_sample_too() -> None:
 
 
 @pytest.mark.parametrize("classification", [False, True])
-def test_the_benchmark_models_sketch_on_the_first_sketch_rows(classification: bool) -> None:
+def test_the_benchmark_models_sketch_on_at_most_sketch_rows(classification: bool) -> None:
     x, y = table(SKETCH_ROWS + 300, 5)
     target = np.digitize(y, np.quantile(y, [0.5])) if classification else y
     model = tree_model("xgboost", seed=5, classification=classification)
@@ -109,3 +109,8 @@ def test_the_rounds_early_stopping_kept_are_reported(name: str) -> None:
         assert fitted.rounds is None
     if fitted.rounds is not None:
         assert 1 <= fitted.rounds < 200
+
+
+def test_a_sketch_of_no_rows_is_refused() -> None:
+    with pytest.raises(ValueError, match="limit=0"):
+        sampled_sketch(XGBRegressor, limit=0)
