@@ -65,8 +65,11 @@ class GroupDropout:
         self.keep: torch.Tensor | None = None
         self._counters: torch.Tensor | None = None
 
-    def draw(self, shape: tuple[int, ...], step_seeds: torch.Tensor | None = None) -> None:
-        """New boolean keep masks [M, sites, *shape] for the next step (`step_seeds` [M] int64: the hashed source)."""
+    def draw(self, shape: tuple[int, ...], step_seeds: torch.Tensor | None = None,
+             stepping: list[bool] | None = None) -> None:
+        """New boolean keep masks [M, sites, *shape] for the next step (`step_seeds` [M] int64: the hashed source).
+        `stepping` [M]: the models that train this step; from its generator, a model draws masks only for its own
+        steps, so its stream does not depend on how many steps the longest run of its group takes."""
         if not self.drawing:
             return
         count = self.sites * math.prod(shape)
@@ -79,10 +82,12 @@ class GroupDropout:
             lanes = torch.stack([mixed & 0xFFFF, mixed >> 16], -1).view(models, -1)[:, :count]
             self.keep = (lanes >= self.level).view(models, self.sites, *shape)
             return
-        # Rows of rate-0 models stay as allocated: their threshold (-32768) keeps every element whatever the bits.
+        # Rows of rate-0 models (and of models past their last step) stay as allocated: a rate-0 model's threshold
+        # (-32768) keeps every element whatever the bits, and a model past its last step does not train.
         words = torch.empty(models, -(-count // 4), dtype=torch.int64)
         for m in self.drawing:
-            torch.randint(-2**63, 2**63 - 1, words.shape[1:], generator=self.generators[m], out=words[m])
+            if stepping is None or stepping[m]:
+                torch.randint(-2**63, 2**63 - 1, words.shape[1:], generator=self.generators[m], out=words[m])
         lanes = words.view(torch.int16)[:, :count]
         self.keep = (lanes >= self.threshold.cpu()).view(models, self.sites, *shape).to(self.device)
 

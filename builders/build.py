@@ -8,7 +8,6 @@ what no part holds yet, then assemble; `merge_shards` joins the parts of sharded
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import sys
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from .parts import PLAN_NAME, assemble, build_dir, check_output, save_part, trai
 from .placement import plan_placement
 from .plan import check_duration, duration_text, estimate_cost, estimated_hours
 from .request import Build, BuildRequest, resolve
-from .trainer import train_groups
+from .trainer import steps_per_epoch, train_groups
 
 
 def run_build(request: BuildRequest, *, dry_run: bool = False, progress: bool = True,
@@ -37,8 +36,9 @@ def run_build(request: BuildRequest, *, dry_run: bool = False, progress: bool = 
     plan = build.plan
     cost = estimate_cost(plan, build.data, build.spec, build.mine)
     data = build.data
-    log(f"plan: task {plan.task}, preset {plan.preset}, config {plan.config}: {plan.runs} runs ({plan.seed_policy} "
-        f"seeds, split by {plan.split_by}), {plan.epochs} epochs "
+    seeding = "per-run seeds" if plan.shared_seed is None else f"{plan.seed_policy}, seed {plan.shared_seed}"
+    log(f"plan: task {plan.task}, preset {plan.preset}, config {plan.config}: {plan.runs} runs ({seeding}, "
+        f"split by {plan.split_by}), recipe version {plan.recipe_version}, {plan.epochs} epochs "
         f"of batches of {plan.batch_size}{'' if plan.augment else ', no augmentation'}, {plan.precision}, checkpoints "
         f"at epochs {_epoch_list(plan.checkpoint_epochs)} and the best; data: {data.source.get('from')} "
         f"({len(data.train_y)} train, {len(data.validation_y)} validation, {len(data.test_y)} test)")
@@ -95,8 +95,8 @@ def local_executor() -> Callable[..., None]:
         from tqdm import tqdm
 
         placement, recipe, data = build.placement, build.plan.recipe(), build.data
-        total_steps = sum(recipe.epochs * math.ceil(max(round(r.train_fraction * len(data.train_y)) for r in g)
-                                                    / recipe.batch_size) for g in todo)
+        total_steps = sum(recipe.epochs * steps_per_epoch(max(round(r.train_fraction * len(data.train_y)) for r in g),
+                                                          recipe.batch_size) for g in todo)
         with tqdm(total=total_steps, desc="training", unit="step", disable=not progress, file=sys.stderr) as bar:
             finished = train_groups(todo, data, build.spec, recipe, placement.device, placement.workers,
                                     lambda: bar.update(1))

@@ -9,7 +9,7 @@ from small_transformer_zoo.cli import bounded
 
 from small_transformer_zoo.format.splits import SPLIT_UNITS
 
-from .grid import PRECISIONS, PRESETS, SEED_POLICIES
+from .grid import DEFAULT_SHARED_SEED, PRECISIONS, PRESETS, SEED_POLICIES
 from .tasks import get_task, task_names
 
 
@@ -18,7 +18,8 @@ def _request(args: argparse.Namespace, **extra: object) -> object:
 
     return BuildRequest.of(args.task, args.preset, args.out, data_dir=args.data_dir, word2vec=args.word2vec,
                            precision=args.precision, carve_from_test=args.carve_from_test,
-                           seed_policy=args.seed_policy, split_by=args.split_by, **extra)
+                           seed_policy=args.seed_policy, split_by=args.split_by, shared_seed=args.shared_seed,
+                           **extra)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -61,11 +62,17 @@ def _merge(args: argparse.Namespace) -> int:
 def _add_plan_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     """--seed-policy and --split-by: part of a build's plan (and its config name), so `stz merge` takes them too."""
     parser.add_argument("--seed-policy", default="per-run", choices=list(SEED_POLICIES),
-                        help=f"{what}per-run: every run its own seed (independent runs); shared: one seed for every "
-                             "run as in the original release (one initial draw scaled by each run's init std, the "
-                             "same subset, batch order, crops and dropout masks: runs that share an initialisation, "
-                             "as fine-tunes of one checkpoint do); the config name then ends in -shared-seed "
-                             "(default: per-run)")
+                        help=f"{what}which of a run's random streams (initialisation; subset, batch order and crops; "
+                             "dropout) come from the one --shared-seed: per-run: none, every run its own seed "
+                             "(independent runs); shared: all three, as in the original release (one initial draw "
+                             "made with each run's init std, one subset per train fraction, one batch order, one set "
+                             "of crops and dropout masks: runs that share an initialisation, as fine-tunes of one "
+                             "checkpoint do); shared-init: only the initialisation; shared-data: only the subset, "
+                             "batch order and crops. The config name then ends in -shared-seed, -shared-init or "
+                             "-shared-data (default: per-run)")
+    parser.add_argument("--shared-seed", type=bounded(int, 0), default=DEFAULT_SHARED_SEED,
+                        help=f"{what}the seed of the shared streams (default: {DEFAULT_SHARED_SEED}, the original "
+                             "release's); another seed is added to the config name (mnist-families-shared-seed-7)")
     parser.add_argument("--split-by", default="run", choices=list(SPLIT_UNITS),
                         help=f"{what}run: each run's split by a hash of its id; family: runs that differ only in L2 "
                              "and init std share a split, so near-clones never straddle train and test; the config "

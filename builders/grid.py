@@ -68,10 +68,19 @@ PRESETS = {
                        selection="families", augment=False, max_validation_samples=1_000),
     "tiny": Preset("tiny", epochs=2, runs=20, max_train_samples=256, group_size=5),
 }
-SEED_POLICIES = ("per-run", "shared")
-SHARED_SEED = 3  # the original release's one seed for every run
+SEED_POLICIES = ("per-run", "shared", "shared-init", "shared-data")
+DEFAULT_SHARED_SEED = 3  # the original release's one seed for every run
+STREAMS = ("init", "data", "dropout")
+# Which of a run's random streams come from the build's shared seed under each policy (the rest are the run's own).
+SHARED_STREAMS = {"per-run": (), "shared": STREAMS, "shared-init": ("init",), "shared-data": ("data",)}
+
+
 @dataclass(frozen=True)
 class Run:
+    """One run of the grid: its hyperparameters and the seeds of its three random streams. `seed` seeds the
+    initialisation; `data_seed` (subset, batch order, crops) and `dropout_seed` (dropout masks) are None where they
+    equal `seed`."""
+
     run_id: str
     optimizer: str
     train_fraction: float
@@ -80,33 +89,66 @@ class Run:
     w_init_std: float
     l2: float
     seed: int
+    data_seed: int | None = None
+    dropout_seed: int | None = None
 
     def hyperparameters(self) -> dict[str, float | str]:
+        """The metadata's hyperparameter columns, `seed` (the initialisation's) among them."""
         out = asdict(self)
-        out.pop("run_id")
+        for name in ("run_id", "data_seed", "dropout_seed"):
+            out.pop(name)
         return out
 
+    def stream_seeds(self) -> dict[str, int]:
+        """The seed of each random stream: init, data and dropout."""
+        return {"init": self.seed, "data": self.seed if self.data_seed is None else self.data_seed,
+                "dropout": self.seed if self.dropout_seed is None else self.dropout_seed}
 
-def run_seed(run_id: str, policy: str = "per-run") -> int:
-    """A run's seed. `per-run` (the default): its own, fixed by its id, so runs are independent draws. `shared`:
-    the original release's one seed for every run, so runs share their initial draw (scaled by each run's init
-    std), their training subset per train fraction, batch order, crops and dropout masks: the zoo then holds runs
-    that start from one initialisation, as fine-tunes of one checkpoint do."""
+
+def check_seed_policy(policy: str) -> None:
     if policy not in SEED_POLICIES:
         raise ValueError(f"unknown seed policy {policy!r}; choose from {list(SEED_POLICIES)}")
-    if policy == "shared":
-        return SHARED_SEED
+
+
+def own_seed(run_id: str) -> int:
+    """A run's own seed, fixed by its id."""
     return int.from_bytes(hashlib.sha256(f"seed:{run_id}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def full_grid(task: str, seed_policy: str = "per-run") -> list[Run]:
+def run_seed(run_id: str, policy: str = "per-run", shared_seed: int = DEFAULT_SHARED_SEED) -> int:
+    """The seed of a run's initialisation. `per-run` (the default) and `shared-data`: its own, fixed by its id, so
+    runs start from independent draws. `shared` and `shared-init`: the build's one shared seed (the original
+    release's 3 unless chosen), so runs share their initial draw, made with each run's init std."""
+    return run_seeds(run_id, policy, shared_seed)["init"]
+
+
+def run_seeds(run_id: str, policy: str = "per-run", shared_seed: int = DEFAULT_SHARED_SEED) -> dict[str, int]:
+    """The seed of each of a run's random streams under a policy (`SHARED_STREAMS`): `shared` shares all three
+    (one initial draw, one training subset per train fraction, one batch order and set of crops, one set of
+    dropout masks per rate, as in the original release); `shared-init` only the initialisation; `shared-data`
+    only the subset, batch order and crops."""
+    check_seed_policy(policy)
+    own = own_seed(run_id)
+    return {stream: shared_seed if stream in SHARED_STREAMS[policy] else own for stream in STREAMS}
+
+
+def make_run(run_id: str, optimizer: str, hyperparameters: tuple, policy: str = "per-run",
+             shared_seed: int = DEFAULT_SHARED_SEED) -> Run:
+    """A run with its streams' seeds under `policy` (data and dropout stored only where they differ from init)."""
+    seeds = run_seeds(run_id, policy, shared_seed)
+    other = lambda stream: None if seeds[stream] == seeds["init"] else seeds[stream]  # noqa: E731
+    return Run(run_id, optimizer, *hyperparameters, seed=seeds["init"], data_seed=other("data"),
+               dropout_seed=other("dropout"))
+
+
+def full_grid(task: str, seed_policy: str = "per-run", shared_seed: int = DEFAULT_SHARED_SEED) -> list[Run]:
     """All 16,000 runs of the paper's grid for a task, in a fixed order; ids name task, optimizer and index."""
+    check_seed_policy(seed_policy)
     runs = []
     for optimizer in OPTIMIZERS:
         values = PAPER_GRID[FAMILY[optimizer]]
         for index, combo in enumerate(itertools.product(*(values[k] for k in HYPER_ORDER))):
-            run_id = f"{task}-{optimizer}-{index:04d}"
-            runs.append(Run(run_id, optimizer, *combo, seed=run_seed(run_id, seed_policy)))
+            runs.append(make_run(f"{task}-{optimizer}-{index:04d}", optimizer, combo, seed_policy, shared_seed))
     return runs
 
 
@@ -184,8 +226,9 @@ def sweep_sample(runs: list[Run], count: int) -> list[Run]:
     return sorted(picked, key=lambda r: r.run_id)
 
 
-def preset_runs(task: str, preset: Preset, seed_policy: str = "per-run") -> list[Run]:
-    runs = full_grid(task, seed_policy)
+def preset_runs(task: str, preset: Preset, seed_policy: str = "per-run",
+                shared_seed: int = DEFAULT_SHARED_SEED) -> list[Run]:
+    runs = full_grid(task, seed_policy, shared_seed)
     if preset.runs is None:
         return runs
     if preset.selection == "sweep":

@@ -84,6 +84,13 @@ def trained_runs(folders: list[Path]) -> dict[str, Path]:
     return found
 
 
+def stream_seeds_config(run: Run) -> dict[str, int]:
+    """What a built run's `run_config` records: the seeds of its data and dropout streams (the `seed` column holds
+    the initialisation's)."""
+    seeds = run.stream_seeds()
+    return {"data_seed": seeds["data"], "dropout_seed": seeds["dropout"]}
+
+
 def assemble(build: Build, part_dirs: list[Path]) -> dict[str, Any]:
     """Join the parts into the zoo; every run of the plan must be present exactly once."""
     plan, out = build.plan, build.out
@@ -106,13 +113,14 @@ def assemble(build: Build, part_dirs: list[Path]) -> dict[str, Any]:
     task = {"name": plan.task, "source": build.data.source, "description": build.request.task.description}
     with ZooWriter(out, plan.config, build.spec, task=task,
                    provenance={"build_plan": plan.to_dict(), "devices": sorted(devices),
-                               "kernels": sorted(kernels), "seed_policy": plan.seed_policy},
+                               "kernels": sorted(kernels), "seed_policy": plan.seed_policy,
+                               "shared_seed": plan.shared_seed, "recipe_version": plan.recipe_version},
                    grid={"preset": plan.preset, "runs": plan.runs}, checkpoint_epochs=[*plan.checkpoint_epochs, "best"],
                    shard_size=build.request.preset.shard_size, split_by=plan.split_by, overwrite=True) as writer:
         if build.data.embedding is not None:
             writer.add_extra("embedding", {"table": build.data.embedding})
         for c in checkpoints:
             writer.add(c.params, {"run_id": c.run.run_id, "epoch": c.epoch, "is_best": c.is_best,
-                                  "diverged": c.diverged, **{k: v for k, v in c.run.hyperparameters().items()},
-                                  **c.metrics})
+                                  "diverged": c.diverged, **c.run.hyperparameters(), **c.metrics,
+                                  "run_config": json.dumps(stream_seeds_config(c.run), sort_keys=True)})
         return writer.close()

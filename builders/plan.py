@@ -13,9 +13,9 @@ from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.devices import usable_cores
 
 from .data import TaskData
-from .grid import Preset, Run, checkpoint_epochs, preset_runs
+from .grid import DEFAULT_SHARED_SEED, Preset, Run, checkpoint_epochs, preset_runs
 from .tasks import Task
-from .trainer import Recipe
+from .trainer import RECIPE_VERSION, Recipe, steps_per_epoch
 
 CPU_GFLOPS_PER_CORE = 22.4   # measured: `wide` (278.5 TFLOP) built in 103.7 min on 2 cores (BENCHMARKS.md)
 GPU_TFLOPS = 10.0            # an assumed rate for estimates on an accelerator (not measured here)
@@ -39,6 +39,8 @@ class BuildPlan:
     data_sha256: str
     seed_policy: str = "per-run"
     split_by: str = "run"
+    shared_seed: int | None = None   # the seed of the streams a policy other than per-run shares
+    recipe_version: int = RECIPE_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,10 +49,16 @@ class BuildPlan:
         return Recipe(self.epochs, tuple(self.checkpoint_epochs), self.batch_size, self.augment, self.precision)
 
 
-def config_name(task: str, preset: str, seed_policy: str = "per-run", split_by: str = "run") -> str:
-    """`<task>-<preset>` (`<task>` for the paper's), marked when its seeding or split rule is not the default."""
+def config_name(task: str, preset: str, seed_policy: str = "per-run", split_by: str = "run",
+                shared_seed: int = DEFAULT_SHARED_SEED) -> str:
+    """`<task>-<preset>` (`<task>` for the paper's), marked when its seeding or split rule is not the default:
+    `-shared-seed`, `-shared-init` or `-shared-data`, followed by the shared seed where it is not the original
+    release's 3 (`-shared-seed-7`), and `-family-split`."""
     name = task if preset == "paper" else f"{task}-{preset}"
-    return name + ("-shared-seed" if seed_policy == "shared" else "") + ("-family-split" if split_by == "family" else "")
+    if seed_policy != "per-run":
+        name += "-shared-seed" if seed_policy == "shared" else f"-{seed_policy}"
+        name += "" if shared_seed == DEFAULT_SHARED_SEED else f"-{shared_seed}"
+    return name + ("-family-split" if split_by == "family" else "")
 
 
 @dataclass(frozen=True)
@@ -63,14 +71,15 @@ class Placement:
 
 
 def make_plan(task: Task, preset: Preset, data: TaskData, spec: ArchitectureSpec, precision: str = "fp32",
-              seed_policy: str = "per-run", split_by: str = "run") -> tuple[BuildPlan, list[Run]]:
+              seed_policy: str = "per-run", split_by: str = "run",
+              shared_seed: int = DEFAULT_SHARED_SEED) -> tuple[BuildPlan, list[Run]]:
     """The plan and its runs in run-id order. How runs are grouped is not part of the plan: each run trains the
     same whatever its group, so any group size, device count or shard split builds the same zoo."""
-    runs = sorted(preset_runs(task.name, preset, seed_policy), key=lambda r: r.run_id)
-    plan = BuildPlan(task.name, preset.name, config_name(task.name, preset.name, seed_policy, split_by),
+    runs = sorted(preset_runs(task.name, preset, seed_policy, shared_seed), key=lambda r: r.run_id)
+    plan = BuildPlan(task.name, preset.name, config_name(task.name, preset.name, seed_policy, split_by, shared_seed),
                      preset.epochs, checkpoint_epochs(preset.epochs, preset.every_epoch), preset.batch_size,
                      preset.augment, precision, len(runs), spec.to_dict(), data.source.get("sha256", ""),
-                     seed_policy, split_by)
+                     seed_policy, split_by, None if seed_policy == "per-run" else shared_seed)
     return plan, runs
 
 
@@ -86,7 +95,8 @@ def training_flops_per_sample(spec: ArchitectureSpec) -> float:
 def estimate_cost(plan: BuildPlan, data: TaskData, spec: ArchitectureSpec, runs: list[Run]) -> dict[str, float]:
     """Model-epochs and training FLOPs of a plan, with the evaluation's forward passes: validation every epoch, test
     at the checkpoint epochs and at the best epoch (counted once more, as when it is not a checkpoint epoch)."""
-    samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs) * plan.epochs
+    samples = sum(steps_per_epoch(round(r.train_fraction * len(data.train_y)), plan.batch_size) * plan.batch_size
+                  for r in runs) * plan.epochs
     tested = len(plan.checkpoint_epochs) + 1
     eval_samples = len(runs) * (plan.epochs * len(data.validation_y) + tested * len(data.test_y))
     flops = samples * training_flops_per_sample(spec) + eval_samples * training_flops_per_sample(spec) / 3

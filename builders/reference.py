@@ -33,7 +33,8 @@ def train_run_plain(run: Run, data: TaskData, spec: ArchitectureSpec, epochs: in
                     ) -> tuple[dict[str, torch.Tensor], dict[int, dict[str, float]]]:
     """One run alone with `ZooTransformer` and torch.optim: the baseline the vectorized trainer is measured and
     tested against. It does the same work as `train_group`: validation accuracy every epoch, test accuracy at the
-    checkpoint epochs, and draws from the same random streams (dropout aside: `nn.Dropout` uses the global RNG).
+    checkpoint epochs, and draws from the same random streams (dropout aside: `nn.Dropout` uses torch's global
+    generator).
     Returns the final state_dict and the accuracies per epoch."""
     streams = RunStreams([run], spec, len(data.train_y))
     model = ZooTransformer(spec, dropout=run.dropout)

@@ -11,7 +11,7 @@ from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.format.splits import SPLIT_UNITS
 
 from .data import TaskData
-from .grid import PRESETS, SEED_POLICIES, Preset, Run, shard_runs
+from .grid import DEFAULT_SHARED_SEED, PRESETS, Preset, Run, check_seed_policy, shard_runs
 from .plan import BuildPlan, Placement, config_name, make_plan
 from .tasks import DataRequest, Task, get_task
 
@@ -39,10 +39,15 @@ class BuildRequest:
     max_hours: float | None = None
     seed_policy: str = "per-run"
     split_by: str = "run"
+    shared_seed: int = DEFAULT_SHARED_SEED
 
     def __post_init__(self) -> None:
-        if self.seed_policy not in SEED_POLICIES:
-            raise ValueError(f"unknown seed policy {self.seed_policy!r}; choose from {list(SEED_POLICIES)}")
+        check_seed_policy(self.seed_policy)
+        if self.shared_seed != DEFAULT_SHARED_SEED and self.seed_policy == "per-run":
+            raise ValueError(f"--shared-seed {self.shared_seed} needs a seed policy that shares a stream "
+                             f"(shared, shared-init or shared-data); per-run seeds share none")
+        if not 0 <= self.shared_seed < 2**63:
+            raise ValueError(f"--shared-seed must be in 0..2**63-1, got {self.shared_seed}")
         if self.split_by not in SPLIT_UNITS:
             raise ValueError(f"unknown split unit {self.split_by!r}; choose from {list(SPLIT_UNITS)}")
 
@@ -55,7 +60,7 @@ class BuildRequest:
 
     @property
     def config(self) -> str:
-        return config_name(self.task.name, self.preset.name, self.seed_policy, self.split_by)
+        return config_name(self.task.name, self.preset.name, self.seed_policy, self.split_by, self.shared_seed)
 
 
 @dataclass
@@ -100,5 +105,5 @@ def resolve(request: BuildRequest) -> Build:
     data = load_task_data(request.task, request.data_dir, request.preset, request.word2vec, request.carve_from_test)
     spec = request.task.spec(data)
     plan, runs = make_plan(request.task, request.preset, data, spec, request.precision, request.seed_policy,
-                           request.split_by)
+                           request.split_by, request.shared_seed)
     return Build(request, data, spec, plan, runs, shard_runs(runs, request.num_shards, request.shard_index))

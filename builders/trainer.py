@@ -2,12 +2,14 @@
 step, the evaluation, and the bookkeeping of each run's best epoch; and many groups on a machine's cores or one
 accelerator (`train_groups`). The plain one-run-at-a-time trainer it is checked against is `builders.reference`.
 
-Each run draws every random number (initialisation, its training subset, batch order, crop offsets, dropout) from
-its own generator, seeded by its run id, so a run's result does not depend on which runs share its group.
+Each run draws every random number from three streams of its own (`RunStreams`: initialisation; training subset,
+batch order and crops; dropout), seeded as its seed policy says, so a run's result does not depend on which runs
+share its group, and its batches not on its dropout.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -55,24 +57,65 @@ class Checkpoint:
     diverged: bool
 
 
+RECIPE_VERSION = 2  # 1: init cut at 2 std, one stream per run, warm-up to 0.91 lr, partial last batches kept
+
+
+def default_layer_draws(spec: ArchitectureSpec, generator: torch.Generator) -> None:
+    """Advance `generator` as constructing the authors' model advances torch's: each `nn.Conv2d` and `nn.Linear`, in
+    module order, draws its default initialisation (Kaiming-uniform weights, uniform biases) before the recipe's
+    re-initialisation replaces it. A frozen word table is loaded, not drawn."""
+    shapes = {info.name: info.shape for info in spec.parameters()}
+    for info in spec.parameters():
+        tensor = torch.empty(info.shape)
+        if info.name.endswith(".bias"):
+            fan_in = math.prod(shapes[info.name.removesuffix("bias") + "weight"][1:])
+            torch.nn.init.uniform_(tensor, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in), generator=generator)
+        else:
+            torch.nn.init.kaiming_uniform_(tensor, a=math.sqrt(5), generator=generator)
+
+
 def init_params(spec: ArchitectureSpec, std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Weights truncated normal (std, cut at 2 std), biases zero (docs/design.md section 3)."""
+    """The authors' initialisation (docs/design.md section 3): after the default layers' draws, every weight from a
+    normal of mean 0 and std `std` truncated to [-2, 2] (torch's `trunc_normal_` defaults, absolute bounds: for the
+    grid's stds almost no truncation), biases zero. Seeded as the authors seed torch, this gives their initial
+    weights."""
+    default_layer_draws(spec, generator)
     out = {}
     for info in spec.parameters():
         tensor = torch.zeros(info.shape)
         if not info.name.endswith(".bias"):
-            torch.nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std, generator=generator)
+            torch.nn.init.trunc_normal_(tensor, mean=0.0, std=std, a=-2.0, b=2.0, generator=generator)
         out[info.name] = tensor
     return out
 
 
+def warmup_epochs(epochs: int) -> int:
+    """The first tenth of the epochs (10 of 100), at least one."""
+    return max(1, round(epochs * 0.1))
+
+
 def learning_rate(base: float, epoch: int, epochs: int) -> float:
-    """Linear warm-up from base/10 over the first tenth of the epochs (10 of 100), then cosine to 1e-5."""
-    warmup = max(1, round(epochs * 0.1))
+    """The authors' schedule, stepped per epoch: linear warm-up from base/W to base over the first W epochs
+    (`warmup_epochs`; torch's `LinearLR(start_factor=1/W, total_iters=W-1)`), so epoch W trains at the base rate;
+    then cosine from base to 1e-5 over the remaining epochs (`CosineAnnealingLR(T_max=epochs-W)`)."""
+    warmup = warmup_epochs(epochs)
     if epoch <= warmup:
-        return base * (0.1 + 0.9 * (epoch - 1) / warmup)
+        start = 1 / warmup
+        return base * (start + (1 - start) * (epoch - 1) / max(1, warmup - 1))
     progress = (epoch - 1 - warmup) / max(1, epochs - warmup)
     return FINAL_LR + (base - FINAL_LR) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def steps_per_epoch(samples: int, batch_size: int) -> int:
+    """Full batches an epoch trains: the last partial batch is dropped (`drop_last=True`), as the authors' loader
+    drops it; a subset smaller than one batch trains as one batch."""
+    return max(1, samples // batch_size)
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """The generator seed of a run's data or dropout stream, derived from that stream's seed so that no two
+    streams share a sequence (the initialisation's generator takes the seed itself, as the authors seed torch)."""
+    return int.from_bytes(hashlib.sha256(f"{stream}:{seed}".encode()).digest()[:8], "big") >> 1
 
 
 def random_crop(images: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -105,34 +148,43 @@ class EpochDraws:
 
 
 class RunStreams:
-    """Per-run randomness: one generator per run, consumed in the same order however runs are grouped: the
-    initialisation, the run's training subset, then per epoch its sample order, its crop offsets and (hashed
-    dropout only) its per-step dropout seeds."""
+    """Per-run randomness in three streams, each its own generator, consumed in the same order however runs are
+    grouped and on every device:
+
+    - init (`Run.seed`): the default layers' draws, then the initialisation (`init_params`);
+    - data (`data_seed`): the run's training subset, then per epoch its sample order and crop offsets;
+    - dropout (`dropout_seed`): the dropout masks (drawn per step on a CPU; as per-step seeds of hashed masks,
+      drawn per epoch, elsewhere).
+
+    Dropout never touches the data stream, so runs that share a data seed see the same batches whatever their
+    dropout; the seed policy (`builders.grid.SHARED_STREAMS`) says which streams runs share."""
 
     def __init__(self, runs: list[Run], spec: ArchitectureSpec, n_train: int) -> None:
         self.runs = runs
-        self.generators = [torch.Generator().manual_seed(run.seed) for run in runs]
-        self.initial = packed_init(spec, runs, self.generators)
+        seeds = [run.stream_seeds() for run in runs]
+        self.data = [torch.Generator().manual_seed(stream_seed(s["data"], "data")) for s in seeds]
+        self.dropout = [torch.Generator().manual_seed(stream_seed(s["dropout"], "dropout")) for s in seeds]
+        self.initial = packed_init(spec, runs, [torch.Generator().manual_seed(s["init"]) for s in seeds])
         self.subsets = [torch.randperm(n_train, generator=g)[: max(1, round(run.train_fraction * n_train))]
-                        for run, g in zip(runs, self.generators)]
+                        for run, g in zip(runs, self.data)]
 
     def epoch(self, batch_size: int, crop: bool, dropout_seeds: bool) -> EpochDraws:
         """The next epoch's draws for every run."""
-        steps = [math.ceil(len(subset) / batch_size) for subset in self.subsets]
+        steps = [steps_per_epoch(len(subset), batch_size) for subset in self.subsets]
         width = max(steps) * batch_size
         models = len(self.runs)
         order = torch.zeros(models, width, dtype=torch.long)
         weight = torch.zeros(models, width)
         offsets = torch.full((models, width, 2), CROP_PADDING, dtype=torch.long) if crop else None
         seeds = torch.zeros(models, max(steps), dtype=torch.long) if dropout_seeds else None
-        for m, (run, subset, generator) in enumerate(zip(self.runs, self.subsets, self.generators)):
-            n = len(subset)
-            order[m, :n] = subset[torch.randperm(n, generator=generator)]
-            weight[m, :n] = 1.0
+        for m, (run, subset) in enumerate(zip(self.runs, self.subsets)):
+            used = min(len(subset), steps[m] * batch_size)
+            order[m, :used] = subset[torch.randperm(len(subset), generator=self.data[m])][:used]
+            weight[m, :used] = 1.0
             if offsets is not None:
-                offsets[m, :n] = torch.randint(0, 2 * CROP_PADDING + 1, (n, 2), generator=generator)
+                offsets[m, :used] = torch.randint(0, 2 * CROP_PADDING + 1, (used, 2), generator=self.data[m])
             if seeds is not None and run.dropout > 0:
-                seeds[m, : steps[m]] = torch.randint(0, 2**32, (steps[m],), generator=generator)
+                seeds[m, : steps[m]] = torch.randint(0, 2**32, (steps[m],), generator=self.dropout[m])
         return EpochDraws(order, weight, torch.tensor(steps), max(steps), offsets, seeds)
 
 
@@ -198,8 +250,8 @@ def train_group(runs: list[Run], data: TaskData | TrainingTensors, spec: Archite
     and the best).
 
     `hashed_dropout` (default: on any device but the CPU) draws dropout masks from per-step seeds that each epoch's
-    host draws include, so those draws can be made for the next epoch while this one trains; otherwise masks come
-    from the runs' generators during the epoch, and the draws are made at its start.
+    host draws include (one set of kernels for the whole group); otherwise each step's masks come from the runs'
+    dropout generators on the host.
 
     Every tensor of the step (weights, optimizer state, data, masks, metrics) lives on `device`, and the host only
     prepares each epoch's draws, so a step never waits for the device. Validation accuracy picks the best epoch, so
@@ -254,7 +306,7 @@ class GroupTraining:
         self.packed = self.streams.initial.to(self.device).requires_grad_()
         self.optimizer = VectorizedOptimizer(runs[0].optimizer, self.packed, torch.tensor([run.l2 for run in runs]))
         self.hashed = self.device.type != "cpu" if hashed_dropout is None else hashed_dropout
-        self.dropout = GroupDropout([run.dropout for run in runs], self.streams.generators,
+        self.dropout = GroupDropout([run.dropout for run in runs], self.streams.dropout,
                                     sites=2 * spec.num_blocks + 1, device=self.device)
         self.positions = sinusoidal_positions(spec.num_tokens, spec.d_model).to(self.device)
         self.crop = recipe.augment and spec.modality == "vision"
@@ -267,13 +319,14 @@ class GroupTraining:
         recipe = self.recipe
         draw_epoch = partial(self.streams.epoch, recipe.batch_size, self.crop,
                              self.hashed and bool(self.dropout.drawing))
-        # Hashed masks leave the generators to the epoch draws alone, so the next epoch's are made while this one
-        # trains; masks from the generators must be drawn in order with them, so the draws wait for their epoch.
+        # The epoch draws use the data streams (and, hashed, the dropout streams' per-step seeds); masks drawn per
+        # step use the dropout streams alone. So the next epoch's draws are made while this one trains.
         with ThreadPoolExecutor(1) as prefetch:
-            upcoming = prefetch.submit(draw_epoch) if self.hashed else None
+            upcoming = prefetch.submit(draw_epoch)
             for epoch in range(1, recipe.epochs + 1):
-                draws = upcoming.result() if upcoming else draw_epoch()
-                upcoming = prefetch.submit(draw_epoch) if self.hashed and epoch < recipe.epochs else None
+                draws = upcoming.result()
+                if epoch < recipe.epochs:
+                    upcoming = prefetch.submit(draw_epoch)
                 totals = self.train_epoch(epoch, draws)
                 self.evaluate(epoch, totals)
         return self.finish()
@@ -287,23 +340,27 @@ class GroupTraining:
         seeds = None if draws.dropout_seeds is None else draws.dropout_seeds.to(device)
         totals = EpochTotals(torch.zeros(models, device=device), torch.zeros(models, device=device),
                              torch.zeros(models, dtype=torch.float64, device=device))
+        host_steps = draws.steps.tolist()
         for step in range(draws.max_steps):
             batch = slice(step * size, (step + 1) * size)
             active = (step < steps) & ~self.diverged
             self.step(order[:, batch], weights[:, batch], None if offsets is None else offsets[:, batch],
-                      None if seeds is None else seeds[:, step], active, lr, totals)
+                      None if seeds is None else seeds[:, step], active, lr, totals,
+                      [step < count for count in host_steps])
             if self.on_step:
                 self.on_step()
         return totals
 
     def step(self, index: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor | None,
-             seeds: torch.Tensor | None, active: torch.Tensor, lr: torch.Tensor, totals: EpochTotals) -> None:
-        """One optimizer step of every active run on its batch (`index` [M, B] into the training data)."""
+             seeds: torch.Tensor | None, active: torch.Tensor, lr: torch.Tensor, totals: EpochTotals,
+             stepping: list[bool]) -> None:
+        """One optimizer step of every active run on its batch (`index` [M, B] into the training data); `stepping`:
+        the runs whose epoch has this step (on the host)."""
         spec = self.spec
         inputs = self.tensors.train_x[index]
         if self.crop:
             inputs = random_crop(inputs, offsets)
-        self.dropout.draw(self.token_shape, seeds)
+        self.dropout.draw(self.token_shape, seeds, stepping)
         with autocast(self.device, self.recipe.precision):
             logits = batched_logits(spec, packed_views(spec, self.packed), inputs, self.positions, self.dropout,
                                     self.tensors.embedding)

@@ -25,6 +25,7 @@ def format_summary(summary: dict) -> str:
              f"  parameters per checkpoint: {summary['n_params']:,}; runs: {summary['runs']:,}; "
              f"rows: {summary['checkpoints']:,}; distinct checkpoints: {summary['distinct']:,}",
              f"  seeds: {summary['seed_policy']}; splits {summary['split_rule']}",
+             *([f"  training recipe: {summary['recipe']}"] if summary.get("recipe") else []),
              "  (rows: every metadata row, as Zoo.metadata and split_weights give them; distinct checkpoints: a best "
              "checkpoint that copies a stored epoch counted once, as load_dataset and Zoo.select give them, less the diverged ones)",
              f"  {'split':<11}{'rows':>8}{'distinct':>9}{'runs':>7}{'diverged':>9}   "

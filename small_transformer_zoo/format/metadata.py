@@ -33,8 +33,10 @@ DESCRIPTIONS = {
     "w_init_std": "standard deviation of the normal initialisation of weight matrices",
     "l2": "L2 regularisation, applied as the optimizer's weight decay",
     "train_fraction": "fraction of the training set the run trained on",
-    "seed": "the run's random seed (initialisation, data order, dropout)",
-    "run_config": "JSON object of any other training setting the source recorded (null when none)",
+    "seed": "the run's random seed (of its initialisation; in a built zoo, run_config names the seeds of its data "
+            "order and dropout)",
+    "run_config": "JSON object of any other training setting the source recorded (a built zoo: data_seed and "
+                  "dropout_seed; null when none)",
     "train_accuracy": "accuracy on the run's training data (fraction in [0, 1], correct / total)",
     "validation_accuracy": "accuracy on the validation hold-out (fraction, correct / total; null if unmeasured)",
     "test_accuracy": "accuracy on the task's test set (fraction, correct / total): the benchmark's label",

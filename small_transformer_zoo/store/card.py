@@ -63,7 +63,7 @@ def config_table(zoos: list[Zoo]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_split = ["| config | split | runs | rows | distinct checkpoints | test accuracy min / median / max |",
                  "|---|---|---|---|---|---|"]
-    withheld, tasks, carved = [], {}, []
+    withheld, tasks, carved, recipes = [], {}, [], {}
     for zoo in zoos:
         config = zoo.config
         withheld += [f"`{config}` {split}" for split in zoo.splits if zoo.withheld(split)]
@@ -73,6 +73,8 @@ def config_table(zoos: list[Zoo]) -> str:
         if isinstance(task, dict) and isinstance(task.get("source"), dict) and task["source"].get("carved_from_test"):
             carved.append(config)
         summary = zoo.summary()
+        if summary.get("recipe"):
+            recipes.setdefault(summary["recipe"], []).append(config)
         splits = summary["splits"]
         accuracy = {s: zoo.metadata(s).column("test_accuracy").to_pylist() for s in zoo.splits}
         name = summary["task"].get("name", "?") if isinstance(summary["task"], dict) else "?"
@@ -88,6 +90,8 @@ def config_table(zoos: list[Zoo]) -> str:
     lines += ["", *per_split]
     if tasks:
         lines += [""] + [f"- `{name}`: {' '.join(text.split())}" for name, text in sorted(tasks.items())]
+    for text, configs in recipes.items():
+        lines += ["", f"Training recipe of {', '.join(f'`{c}`' for c in configs)}: {text}."]
     if carved:
         lines += ["", f"Trained on samples of its data set's test half: {', '.join(f'`{c}`' for c in carved)} (the data "
                       f"had no training files and its test files were carved 80/20 into train and test on purpose, "

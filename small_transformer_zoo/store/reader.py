@@ -23,7 +23,7 @@ from ..format.selection import Selection, select_rows
 from ..format.splits import SplitRule
 from .configs import choose_config, list_configs
 from ..format.shards import check_row_digests, memmap_shard, read_checked_header
-from .seeding import seed_policy
+from .seeding import recipe, seed_policy
 from .snapshot import open_snapshot
 from ..format.checksums import check_bytes
 from .verification import check_open_file, check_verify_mode, file_version, rows_checked, stamp_rows_checked
@@ -408,6 +408,7 @@ class Zoo:
                                "n_params": self.spec.n_params, "runs": self.manifest["counts"].get("runs"),
                                "checkpoints": self.manifest["counts"].get("checkpoints"),
                                "seed_policy": seed_policy(self.manifest, map(self.metadata, self.splits)),
+                               "recipe": recipe(self.manifest),
                                "split_rule": SplitRule.from_manifest(self.manifest["splits"]).describe(), "splits": {}}
         for split in self.splits:
             table = self.metadata(split)

@@ -87,10 +87,10 @@ def test_epoch_draws_are_per_run() -> None:
     together = RunStreams(runs, spec, 100)
     alone = RunStreams(runs[1:], spec, 100)
     a, b = together.epoch(16, crop=True, dropout_seeds=True), alone.epoch(16, crop=True, dropout_seeds=True)
-    assert a.max_steps == 7 and a.steps.tolist() == [7, 5] and b.max_steps == 5
-    assert torch.equal(a.order[1, :80], b.order[0]) and torch.equal(a.offsets[1, :70], b.offsets[0, :70])
-    assert torch.equal(a.dropout_seeds[1, :5], b.dropout_seeds[0]) and a.weight[1].sum() == 70
-    assert sorted(a.order[1, :70].tolist()) == sorted(together.subsets[1].tolist())
+    assert a.max_steps == 6 and a.steps.tolist() == [6, 4] and b.max_steps == 4, "full batches: 100 // 16, 70 // 16"
+    assert torch.equal(a.order[1, :64], b.order[0]) and torch.equal(a.offsets[1, :64], b.offsets[0, :64])
+    assert torch.equal(a.dropout_seeds[1, :4], b.dropout_seeds[0]) and a.weight[1].sum() == 64
+    assert set(a.order[1, :64].tolist()) < set(together.subsets[1].tolist())
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
