@@ -1,27 +1,34 @@
-"""Where Transformer-NFN's gap to STATNN comes from: one plan built with shared and with per-run seeds, benchmarked
-under four conditions, with the near-clones each condition leaves between its test and training runs.
+"""Where Transformer-NFN's standing against STATNN comes from: one plan built under every seed policy (shared with
+several base seeds), each zoo benchmarked under the conditions that could refute an answer.
 
-    python benchmarks/seeding_experiment.py ZOO_ROOT --shared CONFIG --per-run CONFIG --out DIR [--seeds 3]
+    python benchmarks/seeding_experiment.py ZOO_ROOT --out DIR --per-run CONFIG --shared CONFIG [CONFIG ...] \
+        [--shared-init CONFIG] [--shared-data CONFIG] [--seeds 3] [--paper-recipe]
 
-Conditions (each `stz bench --protocol paper` on the same models and seeds, in this order):
+Conditions (each `stz bench --protocol paper` on the same models and seeds):
 
-- `shared-run`: the shared-seed zoo as built, split by run;
-- `per-run-run`: the per-run-seed zoo as built, split by run;
-- `shared-run-interfaces`: the shared-seed zoo, every checkpoint moved by a random permutation of the features
-  between blocks and before the classifier, an exact symmetry outside the paper's group;
-- `shared-family`: the shared-seed zoo's runs split again so that runs differing only in L2 and init std share a
-  split.
+- `run`: the zoo as built, split by run (every zoo);
+- `interfaces`: every checkpoint moved by a random permutation of the features between blocks and before the
+  classifier, an exact symmetry outside the paper's group (every zoo; on the per-run zoo this is the control:
+  where no index alignment exists, a model that reads it has nothing to lose);
+- `family`: runs that differ only in L2 and init std share a split (the zoos with a shared stream);
+- `cutoff`: the authors' benchmark data, checkpoints below 0.1 test accuracy dropped (the per-run zoo and the
+  first shared zoo).
 
-Printed: per condition the test runs, the share of them with a training run within 1% (relative distance, the
-weights the models see), every model's tau with its 95% interval over test runs, and the paired differences that
-decide the question. Each condition's results also land under OUT/<condition>/ as `stz bench` writes them, and a
-stopped run resumes its finished fits.
+Printed: each zoo's training quality (test accuracy of its runs at the protocol's epoch), then per zoo and
+condition the test runs, the share with a training run within 1%, every model's tau with its 95% interval over
+test runs and the paired differences inside the zoo; then the shared zoos pooled over their base seeds: the mean of
+the zoos' figures, its interval from resampling each zoo's test runs (a stratified bootstrap over the pooled test
+runs). `run` and `interfaces` hold the same test runs, so the loss to the randomised interfaces is paired too. A
+difference whose interval holds 0 is "not decided", with the test runs that would decide it if the difference
+stayed as measured. Results land under OUT/<config>/<condition>/ as `stz bench` writes them, with a `scores.json`
+of the resampled figures; a stopped run resumes its finished fits, and `--render` trains nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -30,125 +37,200 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nfn_baselines.bench.data import read_bench_data  # noqa: E402
+from nfn_baselines.bench.protocols import paper_epoch  # noqa: E402
 from nfn_baselines.bench.runs import BenchRequest, run_bench  # noqa: E402
+from nfn_baselines.models.metrics import paired_difference, percentile_interval  # noqa: E402
 from small_transformer_zoo import Zoo  # noqa: E402
 from small_transformer_zoo.store.census import nearest_distances  # noqa: E402
 
 MODELS = ["transformer_nfn", "transformer_nfn_paper", "statnn", "statnn_invariant", "nearest_run", "hyperparameters"]
 PAIRS = [("transformer_nfn", "statnn"), ("transformer_nfn_paper", "statnn"),
          ("transformer_nfn_paper", "transformer_nfn"), ("statnn_invariant", "statnn"),
-         ("transformer_nfn", "hyperparameters")]
+         ("transformer_nfn", "hyperparameters"), ("statnn", "hyperparameters")]
+CONDITIONS = {"run": {}, "interfaces": {"randomize": "interfaces"}, "family": {"split_by": "family"},
+              "cutoff": {"where": {"test_accuracy": (0.1, 1.0)}}}
+CUTOFF = 0.1
 
 
-def conditions(shared: str, per_run: str) -> list[tuple[str, str, dict]]:
-    """(name, config, request options), in the order they run."""
-    return [("shared-run", shared, {}), ("per-run-run", per_run, {}),
-            ("shared-run-interfaces", shared, {"randomize": "interfaces"}),
-            ("shared-family", shared, {"split_by": "family"})]
+def plan(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(role, config, condition) in the order they run."""
+    out = [("per-run", args.per_run, c) for c in ("run", "interfaces", "cutoff")]
+    for index, config in enumerate(args.shared):
+        out += [("shared", config, c) for c in ("run", "interfaces", "family") + (("cutoff",) if index == 0 else ())]
+    for role in ("shared-init", "shared-data"):
+        config = getattr(args, role.replace("-", "_"))
+        if config:
+            out += [(role, config, c) for c in ("run", "interfaces", "family")]
+    return out
 
 
-def clone_share(zoo: Zoo, request: BenchRequest) -> tuple[int, float, float]:
-    """Test runs of the condition, the share with a training run within 1%, and the median distance."""
+def quality(zoo: Zoo) -> dict[str, float]:
+    """Test accuracy of the zoo's runs at the paper protocol's epoch: quartiles, and the share below the cut-off."""
+    epoch = paper_epoch(zoo)
+    values = []
+    for split in zoo.splits:
+        table = zoo.metadata(split).to_pandas()
+        values += table[(table.epoch == epoch) & ~table.is_best].test_accuracy.tolist()
+    accuracy = np.asarray(values, dtype=float)
+    q1, median, q3 = np.quantile(accuracy, [0.25, 0.5, 0.75])
+    return {"epoch": epoch, "runs": int(accuracy.size), "q1": float(q1), "median": float(median), "q3": float(q3),
+            "below_cutoff": float(np.mean(accuracy < CUTOFF)), "above_half": float(np.mean(accuracy > 0.5))}
+
+
+def run_condition(root: str, config: str, condition: str, out: Path, args: argparse.Namespace) -> dict:
+    """One (zoo, condition): the benchmark, its near-clone census and every model's resampled tau, stored."""
+    zoo = Zoo.open(root, config)
+    models = [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
+    request = BenchRequest(models=models, seeds=args.seeds, epochs=args.epochs, protocol="paper", thresholds=(),
+                           **CONDITIONS[condition])
     data = read_bench_data(zoo, request.data_selection())
     distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
-    return data.splits["test"].run_count, float(np.mean(distances <= 0.01)), float(np.median(distances))
+    outcome = run_bench(zoo, request, out)
+    print(outcome.markdown, flush=True)
+    scores = {"config": config, "condition": condition, "runs": data.splits["test"].run_count,
+              "within": float(np.mean(distances <= 0.01)), "median_distance": float(np.median(distances)),
+              "quality": quality(zoo), "results": str(outcome.paths["json"]),
+              "models": {m: {"estimate": cells["tau"].estimate, "values": cells["tau"].values.tolist()}
+                         for m, cells in outcome.report.cells.items()}}
+    (out / "scores.json").write_text(json.dumps(scores))
+    return scores
 
 
-def interval(cell: dict, sign: str = "") -> str:
-    """`estimate [low, high]`, or `-` where the figure is undefined (a condition too small, constant predictions)."""
-    if any(cell.get(k) is None for k in ("estimate", "low", "high")):
+def figure(cell: dict | None, sign: str = "") -> str:
+    if not cell or not all(math.isfinite(cell.get(k, math.nan)) for k in ("estimate", "low", "high")):
         return "-"
     return f"{cell['estimate']:{sign}.3f} [{cell['low']:{sign}.3f}, {cell['high']:{sign}.3f}]"
+
+
+def runs_to_decide(difference: dict, runs: int) -> str:
+    """"decided", or "not decided" with the test runs that would make the interval exclude 0 if the difference
+    stayed at its estimate (the half-width shrinks as 1/sqrt(runs))."""
+    if not math.isfinite(difference["estimate"]):
+        return "no figure (the model's predictions are constant)"
+    if not difference["tied"]:
+        return "decided"
+    half = (difference["high"] - difference["low"]) / 2
+    if not math.isfinite(half) or abs(difference["estimate"]) < 1e-9:
+        return "not decided (no difference to detect)"
+    return f"not decided (about {math.ceil(runs * (half / abs(difference['estimate'])) ** 2):,} test runs would decide it)"
+
+
+def combine(scores: list[dict], model: str) -> tuple[float, np.ndarray]:
+    """A model's pooled figure over zoos: the mean of their estimates, and per resample the mean of their values
+    (each zoo's test runs resampled on their own: a stratified bootstrap)."""
+    return (float(np.mean([s["models"][model]["estimate"] for s in scores])),
+            np.mean([np.asarray(s["models"][model]["values"], dtype=float) for s in scores], axis=0))
+
+
+def cell(scores: list[dict], model: str) -> dict:
+    estimate, values = combine(scores, model)
+    low, high = percentile_interval(values)
+    return {"estimate": estimate, "low": low, "high": high}
+
+
+def difference(a: list[dict], model_a: str, b: list[dict], model_b: str) -> dict:
+    """model_a on `a` minus model_b on `b` (the same test runs and resamples: paired)."""
+    (ea, va), (eb, vb) = combine(a, model_a), combine(b, model_b)
+    return paired_difference(va, vb, ea, eb)
+
+
+def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
+    lines = ["## Training quality (test accuracy of each run at the protocol's epoch)", "",
+             "| zoo | runs | median [quartiles] | below 0.1 | above 0.5 |", "|---|---|---|---|---|"]
+    for config in dict.fromkeys(c for c, _ in table):
+        q = next(s for (c, _), s in table.items() if c == config)["quality"]
+        lines.append(f"| `{config}` | {q['runs']} | {q['median']:.3f} [{q['q1']:.3f}, {q['q3']:.3f}] | "
+                     f"{100 * q['below_cutoff']:.0f}% | {100 * q['above_half']:.0f}% |")
+    groups = [(f"`{config}`", [config]) for config in dict.fromkeys(c for c, _ in table)]
+    if len(shared) > 1:
+        groups.append((f"shared, pooled over {len(shared)} base seeds", shared))
+    for title, configs in groups:
+        conditions = [n for n in CONDITIONS if all((c, n) in table for c in configs)]
+        rows = {n: [table[(c, n)] for c in configs] for n in conditions}
+        runs = {n: sum(s["runs"] for s in rows[n]) for n in conditions}
+        models = [m for m in MODELS if all(m in s["models"] for n in conditions for s in rows[n])]
+        lines += ["", f"## {title}", "", "| | " + " | ".join(conditions) + " |", "|---|" + "---|" * len(conditions),
+                  "| test runs | " + " | ".join(str(runs[n]) for n in conditions) + " |",
+                  "| test runs with a training run within 1% | " + " | ".join(
+                      f"{100 * np.mean([s['within'] for s in rows[n]]):.0f}%" for n in conditions) + " |"]
+        lines += [f"| {m}, tau | " + " | ".join(figure(cell(rows[n], m)) for n in conditions) + " |" for m in models]
+        for a, b in PAIRS:
+            if a in models and b in models:
+                cells = [difference(rows[n], a, rows[n], b) for n in conditions]
+                lines.append(f"| {a} minus {b} | " + " | ".join(
+                    figure(d, "+") + ("" if not d["tied"] else ", tied") for d in cells) + " |")
+        if "interfaces" in conditions:
+            lines += ["", f"Loss to the randomised interfaces (tau under `run` minus under `interfaces`, the same "
+                          f"{runs['run']} test runs, paired):", ""]
+            for m in models:
+                d = difference(rows["run"], m, rows["interfaces"], m)
+                lines.append(f"- {m}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
+        if "run" in conditions:
+            lines += ["", "Inside the `run` condition:", ""]
+            for a, b in PAIRS[:2]:
+                if a in models and b in models:
+                    d = difference(rows["run"], a, rows["run"], b)
+                    lines.append(f"- {a} minus {b}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
+    return "\n".join(lines)
+
+
+def plot(table: dict[tuple[str, str], dict], path: Path) -> Path:
+    """Tau of every model per zoo, one panel per condition, 95% intervals over test runs as error bars."""
+    from small_transformer_zoo.plots import new_figure, save_figure
+
+    conditions = [n for n in CONDITIONS if any(c == n for _, c in table)]
+    configs = list(dict.fromkeys(c for c, _ in table))
+    stem = min(configs, key=len)
+    figure_, axes = new_figure(1, len(conditions), (4.2 * len(conditions), 4.2))
+    width = 0.8 / len(MODELS)
+    for axis, condition in zip(np.ravel(axes), conditions):
+        present = [c for c in configs if (c, condition) in table]
+        for k, model in enumerate(MODELS):
+            cells = [cell([table[(c, condition)]], model) if model in table[(c, condition)]["models"] else None
+                     for c in present]
+            xs = [i + (k - (len(MODELS) - 1) / 2) * width for i in range(len(present))]
+            est = [c["estimate"] if c else math.nan for c in cells]
+            errors = [[e - c["low"] if c else 0 for e, c in zip(est, cells)],
+                      [c["high"] - e if c else 0 for e, c in zip(est, cells)]]
+            axis.bar(xs, est, width, yerr=np.nan_to_num(errors), capsize=1.5, label=model)
+        axis.set_xticks(range(len(present)))
+        axis.set_xticklabels([c.removeprefix(stem).strip("-") or "per-run" for c in present],
+                             rotation=30, fontsize=7)
+        axis.set_title(condition)
+        axis.axhline(0, color="black", linewidth=0.5)
+        axis.set_ylabel("Kendall's tau (95% interval over test runs)")
+    np.ravel(axes)[0].legend(fontsize=6)
+    return save_figure(figure_, "Seeding: tau per zoo and condition", path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root")
-    parser.add_argument("--shared", required=True, help="config of the shared-seed zoo")
-    parser.add_argument("--per-run", required=True, help="config of the per-run-seed zoo")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--per-run", required=True, help="config of the per-run-seed zoo")
+    parser.add_argument("--shared", nargs="+", required=True, help="configs of the shared-seed zoos (one per base seed)")
+    parser.add_argument("--shared-init", help="config of the zoo built with --seed-policy shared-init")
+    parser.add_argument("--shared-data", help="config of the zoo built with --seed-policy shared-data")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=30, help="epochs of the package's neural models")
-    parser.add_argument("--only", nargs="+", help="run only these conditions")
-    parser.add_argument("--paper-recipe", action="store_true",
-                        help="also train transformer_nfn_paper (50 epochs; about twice the package NFN's time)")
-    parser.add_argument("--render", action="store_true", help="train nothing: print the table of what OUT holds")
-    parser.add_argument("--plot", help="also draw each model's tau per condition, with its interval, to this PNG")
+    parser.add_argument("--paper-recipe", action="store_true", help="also train transformer_nfn_paper")
+    parser.add_argument("--render", action="store_true", help="train nothing: the tables of what OUT holds")
+    parser.add_argument("--plot", help="also draw tau per zoo and condition to this PNG")
     args = parser.parse_args()
     out = Path(args.out)
-    models = [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
-    for name, config, options in conditions(args.shared, args.per_run):
-        if args.render or (args.only and name not in args.only):
-            continue
-        zoo = Zoo.open(args.root, config)
-        request = BenchRequest(models=models, seeds=args.seeds, epochs=args.epochs, protocol="paper",
-                               thresholds=(), **options)
-        runs, within, median = clone_share(zoo, request)
-        outcome = run_bench(zoo, request, out / name)
-        print(outcome.markdown, flush=True)
-        (out / name / "clones.json").write_text(json.dumps({"runs": runs, "within": within, "median": median,
-                                                            "results": str(outcome.paths["json"])}))
-    rows = {}
-    for name, _, _ in conditions(args.shared, args.per_run):
-        if (out / name / "clones.json").is_file():
-            clones = json.loads((out / name / "clones.json").read_text())
-            rows[name] = {**clones, "models": json.loads(Path(clones["results"]).read_text())["models"]}
-    render(rows, args.seeds)
-    if args.plot and rows:
-        print(f"wrote {plot(rows, Path(args.plot))}")
-
-
-def plot(rows: dict[str, dict], path: Path) -> Path:
-    """Tau of every model under every condition, 95% intervals over test runs as error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(rows)
-    models = [m for m in MODELS if any(m in rows[n]["models"] for n in names)]
-    width = 0.8 / len(models)
-    figure, axes = plt.subplots(figsize=(9, 4))
-    for k, model in enumerate(models):
-        cells = [rows[n]["models"].get(model, {}).get("columns", {}).get("tau") for n in names]
-        xs = [i + (k - (len(models) - 1) / 2) * width for i in range(len(names))]
-        est = [c["estimate"] if c and c["estimate"] is not None else float("nan") for c in cells]
-        low = [e - c["low"] if c and c["low"] is not None else 0.0 for e, c in zip(est, cells)]
-        high = [c["high"] - e if c and c["high"] is not None else 0.0 for e, c in zip(est, cells)]
-        axes.bar(xs, est, width, yerr=[low, high], capsize=2, label=model)
-    axes.set_xticks(range(len(names)))
-    axes.set_xticklabels([f"{n}\n({rows[n]['runs']} test runs)" for n in names])
-    axes.set_ylabel("Kendall's tau (95% interval over test runs)")
-    axes.axhline(0, color="black", linewidth=0.5)
-    axes.legend(fontsize=7, ncol=3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
-
-
-def render(rows: dict[str, dict], seeds: int) -> None:
-    names = list(rows)
-    print(f"\n{seeds} seeds; tau over each condition's test runs (paper protocol, all checkpoints of the epoch), "
-          f"95% intervals from 1,000 bootstrap resamples of the test runs.\n")
-    print("| | " + " | ".join(names) + " |")
-    print("|---|" + "---|" * len(names))
-    print("| test runs | " + " | ".join(str(rows[n]["runs"]) for n in names) + " |")
-    print("| test runs with a training run within 1% | " + " | ".join(
-        f"{100 * rows[n]['within']:.0f}% (median distance {rows[n]['median']:.2f})" for n in names) + " |")
-    for model in MODELS:
-        print(f"| {model}, tau | " + " | ".join(interval(rows[n]["models"][model]["columns"]["tau"])
-                                               if model in rows[n]["models"] else "not run" for n in names) + " |")
-    for a, b in PAIRS:
-        cells = []
-        for n in names:
-            if a not in rows[n]["models"] or b not in rows[n]["models"]:
-                cells.append("not run")
-                continue
-            d = rows[n]["models"][a]["differences"][b]
-            cells.append(interval(d, "+") + (", tied" if d["tied"] else ""))
-        print(f"| {a} minus {b} | " + " | ".join(cells) + " |")
+    table = {}
+    for _, config, condition in plan(args):
+        folder = out / config / condition
+        if not args.render:
+            table[(config, condition)] = run_condition(args.root, config, condition, folder, args)
+        elif (folder / "scores.json").is_file():
+            table[(config, condition)] = json.loads((folder / "scores.json").read_text())
+    shared = [c for c in args.shared if (c, "run") in table]
+    print(f"\n{args.seeds} seeds per model; tau over each condition's test runs (paper protocol), 95% intervals from "
+          f"1,000 bootstrap resamples of the test runs.\n")
+    print(render(table, shared))
+    if args.plot and table:
+        print(f"\nwrote {plot(table, Path(args.plot))}")
 
 
 if __name__ == "__main__":
