@@ -6,7 +6,7 @@
 One call writes a release in the authors' layout (`write_synthetic_release(..., learnable=True)`: accuracies that
 the weights determine) of `fraction` times the release's checkpoints of that task (62,756 MNIST, 63,796 AG News),
 then runs each step as its own process under `/usr/bin/time -v` and appends its wall time and peak RSS to the
-record: import from the folder and from the zip, verify, open and read every split as one tensor, the `datasets`
+record: import from the folder and from the zip, export it again in the release layout (folder and zip), verify, open and read every split as one tensor, the `datasets`
 preparation and the cached load, a torch DataLoader over the train split, `stz push` to a loopback Hub, a fresh
 load and a stream from it, (`--bench`) `stz bench` under both protocols, scoring a full submission and merging it
 into a leaderboard, `stz info`, a filtered select and the card. Every file of the size is deleted at the end.
@@ -51,6 +51,9 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="print the table of a record and stop")
     parser.add_argument("--plot", type=Path, help="with --report: also draw each step's time and peak RSS against "
                                                   "the size to this PNG")
+    parser.add_argument("--only", nargs="+", metavar="PREFIX",
+                        help="run only the steps whose labels start with these (the release is always written), "
+                             "e.g. 'stz import-original (folder)' 'stz export-original'")
     parser.add_argument("--step", help=argparse.SUPPRESS)    # internal: run one in-process step
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # internal: the loopback Hub on this port
     args = parser.parse_args()
@@ -69,7 +72,7 @@ def main() -> None:
         if args.work is None or args.record is None:
             parser.error("--work and --record are needed for a rehearsal")
         benches = [] if args.bench is None else args.bench or [bench_plan(p) for p in PROTOCOLS]
-        rehearse(args.task, args.fraction, benches, args.work, args.record)
+        rehearse(args.task, args.fraction, benches, args.work, args.record, args.only)
 
 
 def bench_plan(value: str) -> tuple[str, tuple[str, ...]]:
@@ -81,8 +84,9 @@ def bench_plan(value: str) -> tuple[str, tuple[str, ...]]:
 
 
 def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...]]], work: Path,
-             record: Path) -> None:
-    """Write the release, run every step under /usr/bin/time -v, append what each cost, delete the files."""
+             record: Path, only: list[str] | None = None) -> None:
+    """Write the release, run every step under /usr/bin/time -v (`only`: the steps whose labels start with one of
+    these, after the write), append what each cost, delete the files."""
     checkpoints = round(RELEASE[task] * fraction)
     work.mkdir(parents=True, exist_ok=True)
     env = os.environ | {"HF_HOME": str(work / "hf-home"), "HF_DATASETS_CACHE": str(work / "hf-datasets"),
@@ -101,6 +105,10 @@ def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...
                                               "--no-progress"]),
             ("stz import-original (zip)", ["stz", "import-original", str(work / "release.zip"),
                                            str(work / "zoo-zip"), "--config", CONFIG, "--no-progress"]),
+            ("stz export-original (folder)", ["stz", "export-original", zoo, "--config", CONFIG, "--out",
+                                              str(work / "exported"), "--no-progress"]),
+            ("stz export-original (zip)", ["stz", "export-original", zoo, "--config", CONFIG, "--out",
+                                           str(work / "exported-zip"), "--zip", "--no-progress"]),
             ("stz verify", ["stz", "verify", zoo, "--config", CONFIG]),
             ("Zoo.open + split_weights().to_tensor()", [*step, "tensors"]),
             ("load_dataset: Arrow preparation", [*step, "load"]),
@@ -118,6 +126,9 @@ def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...
              ("stz info", ["stz", "info", zoo, "--config", CONFIG]),
              ("Zoo.select (filtered, metadata only)", [*step, "select"]),
              ("stz card", ["stz", "card", zoo])]
+    if only:
+        plan = [(label, command) for label, command in plan if label == "write the release and its zip"
+                or any(label.startswith(prefix) for prefix in only)]
     server = subprocess.Popen([*me, "--serve", str(port)], env=env, stdout=subprocess.DEVNULL)
     try:
         for label, command in plan:
@@ -132,6 +143,8 @@ def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...
                   f"  rc {measured['rc']}{'  ' + measured.get('error', '') if measured['rc'] else ''}", flush=True)
             if label == "stz import-original (zip)":
                 shutil.rmtree(work / "zoo-zip", ignore_errors=True)
+            if label.startswith("stz export-original"):
+                shutil.rmtree(work / ("exported-zip" if "zip" in label else "exported"), ignore_errors=True)
     finally:
         server.terminate()
         server.wait()

@@ -99,6 +99,27 @@ def cmd_import_original(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_original(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .original.exporter import export_original
+
+    bar = tqdm(desc="export", unit="ckpt", file=sys.stderr, disable=args.no_progress)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    result = export_original(args.root, args.config, args.out, as_zip=args.zip, overwrite=args.overwrite,
+                             progress=progress)
+    bar.close()
+    print(f"wrote {result.checkpoints:,} checkpoints of {result.runs:,} runs in the authors' release layout to "
+          f"{result.path}")
+    for note in result.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def cmd_register(args: argparse.Namespace) -> int:
     from .store.local_index import SHORT_NAME
     from .store.configs import choose_config, list_configs
@@ -262,6 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: run)")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar")
     imp.set_defaults(func=cmd_import_original)
+
+    export = sub.add_parser("export-original", help="write a zoo in the authors' release layout (one .pt per "
+                                                    "checkpoint and the metadata CSV), for code that reads only it")
+    export.add_argument("root", help="zoo root (a local folder)")
+    export.add_argument("--config", help="the zoo's config (default: the root's only one)")
+    export.add_argument("--out", required=True, help="folder to write the release's top folder (or zip) into")
+    export.add_argument("--zip", action="store_true", help="write <top>.zip, as the Hub ships the release")
+    export.add_argument("--overwrite", action="store_true", help="replace an export already at the target")
+    export.add_argument("--no-progress", action="store_true", help="no progress bar")
+    export.set_defaults(func=cmd_export_original)
 
     for entry in entry_points(group="stz.commands"):
         entry.load()(sub)

@@ -22,34 +22,12 @@ import numpy as np
 import torch
 
 from ..format.architecture import ArchitectureSpec, mnist_spec
+from ..original.layout import TEXT_COLUMNS, VISION_COLUMNS, original_names
 from ..weights.model import ZooTransformer, sinusoidal_positions
 from ..weights.weight_space import TransformerWeights
 from .labelled_weights import shifted_bias_weights
 
-VISION_COLUMNS = ("epochs", "batch_size", "n_workers", "lr", "warmup_epochs", "optimizer", "w_init_std",
-                  "l2_regularize", "train_fraction", "dropout", "seed", "dataset", "image_size", "patch_size",
-                  "n_channels", "embed_dim", "n_attention_heads", "forward_mul", "n_layers", "n_classes", "model_path",
-                  "data_path")
-TEXT_COLUMNS = ("epochs", "batch_size", "lr", "optimizer", "w_init_std", "l2_regularize", "train_fraction",
-                "dropout", "seed", "dataset", "max_len", "embed_dim", "n_attention_heads", "forward_mul", "n_layers",
-                "n_classes", "model_path")
 OPTIMIZERS = ("SGD", "SGDm", "Adam", "RMSprop")
-
-
-def original_names(spec: ArchitectureSpec) -> dict[str, str]:
-    """This package's tensor names -> the original module's, written out as the original code names them."""
-    names = {"classifier.fc1.weight": "classifier.fc1.weight", "classifier.fc1.bias": "classifier.fc1.bias",
-             "classifier.fc2.weight": "classifier.fc2.weight", "classifier.fc2.bias": "classifier.fc2.bias"}
-    if spec.modality == "vision":
-        names |= {"embedding.patch.weight": "embedding.conv1.weight", "embedding.patch.bias": "embedding.conv1.bias"}
-    for b in range(spec.num_blocks):
-        names |= {f"blocks.{b}.attn.q_proj.weight": f"encoder.{b}.attention.queries.weight",
-                  f"blocks.{b}.attn.k_proj.weight": f"encoder.{b}.attention.keys.weight",
-                  f"blocks.{b}.attn.v_proj.weight": f"encoder.{b}.attention.values.weight",
-                  f"blocks.{b}.attn.o_proj.weight": f"encoder.{b}.attention.out_projection.weight",
-                  f"blocks.{b}.mlp.fc1.weight": f"encoder.{b}.fc1.weight", f"blocks.{b}.mlp.fc1.bias": f"encoder.{b}.fc1.bias",
-                  f"blocks.{b}.mlp.fc2.weight": f"encoder.{b}.fc2.weight", f"blocks.{b}.mlp.fc2.bias": f"encoder.{b}.fc2.bias"}
-    return names
 
 
 @dataclass
