@@ -105,8 +105,8 @@ def figure(cell: dict | None, sign: str = "") -> str:
 def runs_to_decide(difference: dict, runs: int) -> str:
     """"decided", or "not decided" with the test runs that would make the interval exclude 0 if the difference
     stayed at its estimate (the half-width shrinks as 1/sqrt(runs))."""
-    if not math.isfinite(difference["estimate"]):
-        return "no figure (the model's predictions are constant)"
+    if not difference["decided"]:
+        return "no interval (the metric is undefined on most resamples)"
     if not difference["tied"]:
         return "decided"
     half = (difference["high"] - difference["low"]) / 2

@@ -18,6 +18,7 @@ from small_transformer_zoo.devices import kernel_set
 from small_transformer_zoo.errors import ZooArgumentError, ZooNotFoundError
 from small_transformer_zoo.format.manifest import MANIFEST_NAME, load_manifest
 from small_transformer_zoo.store.files import atomic_write_json, check_real_folders, exclusive_lock
+from small_transformer_zoo.store.local_index import register_local_zoo
 
 from .grid import Run, group_id, groups
 from .parts import PLAN_NAME, assemble, build_dir, check_output, save_part, trained_runs
@@ -63,6 +64,7 @@ def _train_and_assemble(build: Build, executor: Callable[..., Any] | None, progr
     if check_output(out, plan):
         log(f"{out / plan.config} is already built with this plan; reusing it")
         shutil.rmtree(build_dir(out, plan.config), ignore_errors=True)  # a run killed after the zoo was in place
+        register_local_zoo(plan.config, out)
         return load_manifest(out / plan.config)
     parts = build_dir(out, plan.config) / "parts"
     check_real_folders(out, parts.relative_to(out))

@@ -45,6 +45,7 @@ def _bench(args: argparse.Namespace) -> int:
         floors=not args.no_floors, settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
                                     ("patience", args.patience)) if v is not None})
     zoo = _bench_zoo(args)
+    print(f"zoo: {zoo.dir}", file=sys.stderr)
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else
                                            Path("stz-out") / "bench")
     fits = request.fit_count(zoo.spec)
@@ -95,6 +96,7 @@ def _score(args: argparse.Namespace) -> int:
     from small_transformer_zoo.format.selection import parse_where
 
     from .leaderboard.scoring import add_result, score_submission, selection_text
+    from .models.metrics import MIN_RUNS, too_few_runs
 
     zoo = open_zoo(args.root, args.config, args.revision)
     args.config = zoo.config
@@ -102,14 +104,17 @@ def _score(args: argparse.Namespace) -> int:
                                protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []))
     boot = metrics["bootstrap"]
     selected = f" ({selection_text(metrics['selection'])})" if metrics.get("selection") else ""
-    print(f"{args.submission}: {metrics['n']} checkpoints of {metrics['runs']} runs of {args.config}/{args.split}"
+    print(f"{args.submission}: {metrics['n']} checkpoints of {metrics['runs']} runs of {zoo.dir}/{args.split}"
           f"{selected}, target {args.target}; 95% intervals from {boot['resamples']} bootstrap resamples of the runs "
           f"(seed {boot['seed']})")
     for key, (low, high) in metrics["intervals"].items():
-        value = metrics[key]
+        value, runs = metrics[key], metrics["column_runs"][key]
+        if too_few_runs(runs):
+            print(f"  {key:<10} too few runs ({runs}; a figure needs {MIN_RUNS})")
+            continue
         shown = "undefined" if value is None or not math.isfinite(value) else f"{value:.4f}"
         bounds = "" if low is None or not math.isfinite(low) else f"  [{low:.4f}, {high:.4f}]"
-        print(f"  {key:<10} {shown}{bounds}")
+        print(f"  {key:<10} {shown}{bounds}  ({runs} runs)")
     if args.leaderboard:
         add_result(args.leaderboard, args.name or Path(args.submission).stem, args.config, args.split, metrics,
                    str(args.submission))
@@ -158,7 +163,7 @@ def _submit(args: argparse.Namespace) -> int:
     done = submit(args.submission, args.leaderboard, zoo, zoo.config, args.split, args.name, tuple(args.thresholds),
                   target=args.target, protocol=args.protocol, epoch=args.epoch, where=parse_where(args.where or []))
     local = ("labels withheld in this zoo: the maintainers score it" if done.metrics is None
-             else f"{main_metric_text(done.metrics)} against the labels of {args.root}")
+             else f"{main_metric_text(done.metrics)} against the labels of {zoo.dir}")
     print(f"opened pull request #{done.pr_num} on {args.leaderboard}: {done.pr_url} ({local})")
     return 0
 

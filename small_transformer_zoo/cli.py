@@ -20,7 +20,8 @@ from .format.manifest import package_version
 
 
 def format_summary(summary: dict) -> str:
-    lines = [f"config {summary['config']}  ({summary['path']})",
+    lines = [*([summary["resolved"]] if summary.get("resolved") else []),
+             f"config {summary['config']}  ({summary['path']})",
              f"  task: {json.dumps(summary['task'])}",
              f"  parameters per checkpoint: {summary['n_params']:,}; runs: {summary['runs']:,}; "
              f"rows: {summary['checkpoints']:,}; distinct checkpoints: {summary['distinct']:,}",
@@ -39,10 +40,19 @@ def format_summary(summary: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from .hub.locate import locate
     from .hub.opening import _open_configs
+    from .store.local_index import SHORT_NAME
 
+    resolved = None
+    if args.root == SHORT_NAME:
+        location = locate(args.root, args.config, args.revision)
+        resolved = (f"{SHORT_NAME} {args.config!r} resolves to the zoo registered on this machine at "
+                    f"{Path(location.root) / args.config}" if location.kind == "local" else
+                    f"{SHORT_NAME} {args.config!r} resolves to the Hub repo {location.repo_id} (no zoo of this config "
+                    f"is registered on this machine)")
     for zoo in _open_configs(args.root, args.config, args.revision):
-        summary = zoo.summary()
+        summary = zoo.summary() | ({"resolved": resolved} if resolved else {})
         if args.clones:
             from .store.census import census_report, format_census
 
@@ -113,8 +123,8 @@ def cmd_export_original(args: argparse.Namespace) -> int:
     result = export_original(args.root, args.config, args.out, as_zip=args.zip, overwrite=args.overwrite,
                              progress=progress)
     bar.close()
-    print(f"wrote {result.checkpoints:,} checkpoints of {result.runs:,} runs in the authors' release layout to "
-          f"{result.path}")
+    print(f"wrote {result.checkpoints:,} checkpoints of {result.runs:,} runs of {result.zoo} in the authors' release "
+          f"layout to {result.path}")
     for note in result.notes:
         print(f"note: {note}")
     return 0
@@ -131,8 +141,8 @@ def cmd_register(args: argparse.Namespace) -> int:
     chosen = [choose_config(configs, args.config, root)] if args.config or len(configs) <= 1 else configs
     for config in chosen:
         with Zoo.open(root, config):  # a zoo that opens, not any folder
-            before = register_local_zoo(config, root)
-        change = f" (it meant {before / config} before)" if before else ""
+            others = register_local_zoo(config, root, choose=True)
+        change = f" (instead of {', '.join(str(r / config) for r in others)})" if others else ""
         print(f"load_dataset({SHORT_NAME!r}, {config!r}) now reads {root.resolve() / config}{change}")
     return 0
 

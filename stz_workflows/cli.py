@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from small_transformer_zoo.cli import bounded
+
 
 def _quickstart(args: argparse.Namespace) -> int:
     from .quickstart import run_quickstart
@@ -18,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("stz-out"), help="zoo root (default ./stz-out)")
     parser.add_argument("--preset", default="mini", choices=("tiny", "mini"),
                         help="zoo to build: mini (132 runs, minutes) or tiny (20 runs, seconds) (default: mini)")
-    parser.add_argument("--epochs", type=int, default=30,
+    parser.add_argument("--epochs", type=bounded(int, 1), default=30,
                         help="training epochs of Transformer-NFN and the neural baselines (default: 30)")
     parser.add_argument("--device", default="auto", help="where the zoo and the neural models train: auto (CUDA when "
                                                          "torch sees a GPU), cpu, cuda or cuda:N (default: auto)")

@@ -1,7 +1,7 @@
 """`stz quickstart`: the README's main job on the embedded default, end to end.
 
-Builds the MNIST zoo of a preset from the embedded data (reused when already built), finds it again by its short
-name with no network, trains Transformer-NFN, the baselines and the floors to predict test accuracy from weights
+Builds the MNIST zoo of a preset from the embedded data (reused when already built), reads it back by its path
+with `load_dataset` (printing that path), trains Transformer-NFN, the baselines and the floors to predict test accuracy from weights
 (one seed), prints the table with 95% intervals over test runs, and plots the zoo's accuracy histogram and each
 model's predictions.
 """
@@ -30,8 +30,8 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     _header(f"1. build the {preset} MNIST zoo from the embedded data into {out}/{config}")
     run_build(request)
 
-    _header(f"2. load_dataset('small-transformer-zoo', '{config}'): found offline by name")
-    splits = load_dataset("small-transformer-zoo", config)
+    _header(f"2. load_dataset('{out}', '{config}'): the zoo just built, read from {(out / config).resolve()}")
+    splits = load_dataset(out, config)
     for name, split in splits.items():
         print(f"   {name:<11}{split.num_rows:>6} checkpoints of {split.features['params'].length:,} parameters")
 

@@ -24,17 +24,16 @@ from .resume import Fit
 from ..models.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
+    MIN_RUNS,
     RunResamples,
     kendall_tau,
     paired_difference,
     percentile_interval,
     r_squared,
+    too_few_runs,
 )
 from ..models.predictors import get_predictor
 from ..models.train import validation_score
-
-
-MIN_RUNS = 10  # a column resting on fewer test runs shows "too few runs (n)": its interval would mean nothing
 
 
 @dataclass
@@ -51,7 +50,7 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         return {"estimate": self.estimate, "low": self.low, "high": self.high, "seed_sd": self.seed_sd,
-                "runs": self.runs, "checkpoints": self.checkpoints, "too_few_runs": self.runs < MIN_RUNS}
+                "runs": self.runs, "checkpoints": self.checkpoints, "too_few_runs": too_few_runs(self.runs)}
 
 
 @dataclass
@@ -191,7 +190,7 @@ def score(result: BenchResult, thresholds: Sequence[float], resamples: int = BOO
                                          cells[b][main].estimate) for b in cells if b != a} for a in cells}
     report = Report(columns, main, cells, fitted, {}, pairwise, resamples, bootstrap_seed, tuned, constant)
     best = report.best
-    report.versus_best = {m: ({"estimate": 0.0, "low": 0.0, "high": 0.0, "tied": True} if m == best
+    report.versus_best = {m: ({"estimate": 0.0, "low": 0.0, "high": 0.0, "tied": True, "decided": True} if m == best
                               else pairwise[m][best]) for m in cells}
     return report
 
@@ -201,7 +200,7 @@ def _number(value: float, digits: int = 3) -> str:
 
 
 def _interval(cell: Cell) -> str:
-    if cell.runs < MIN_RUNS:
+    if too_few_runs(cell.runs):
         return f"too few runs ({cell.runs})"
     if not math.isfinite(cell.estimate):
         return "-"
@@ -241,10 +240,13 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
              f"seed {report.bootstrap_seed}]. Test split: {counts}.",
              f"Best: {report.best}; tied with it (paired interval of the difference holds 0): "
              f"{', '.join(tied) if tied else 'none'}."]
-    sparse = [column_title(c) for c in report.columns if first[c].runs < MIN_RUNS]
+    sparse = [column_title(c) for c in report.columns if too_few_runs(first[c].runs)]
     if sparse:
         lines.append(f"{', '.join(sparse)}: fewer than {MIN_RUNS} test runs, shown as \"too few runs (n)\" instead "
                      f"of a figure.")
+    if any(not v["decided"] for v in report.versus_best.values() if math.isfinite(v["estimate"])):
+        lines.append("n/a: the difference with the best has no interval (the metric is undefined on most "
+                     "resamples), so the two are neither tied nor apart.")
     if any(_interval(cell).endswith("[-]") for row in report.cells.values() for cell in row.values()):
         lines.append("[-]: no interval, because the metric is undefined on most resamples (e.g. constant "
                      "predictions or one checkpoint).")
@@ -261,6 +263,8 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
             versus_text = "best"
         elif not math.isfinite(versus["estimate"]):
             versus_text = "-"
+        elif not versus["decided"]:
+            versus_text = f"{versus['estimate']:+.3f} n/a"
         else:
             versus_text = (f"{versus['estimate']:+.3f} [{_number(versus['low'])}, {_number(versus['high'])}]"
                            + (" tied" if versus["tied"] else ""))

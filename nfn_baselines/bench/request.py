@@ -10,6 +10,7 @@ from typing import Any
 
 from small_transformer_zoo.devices import resolve_device
 from small_transformer_zoo.format.architecture import COMPONENTS, ArchitectureSpec
+from small_transformer_zoo.format.selection import normalise_where
 
 from ..models.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS
 from ..models.predictors import default_predictors, floor_predictors, get_predictor
@@ -96,6 +97,7 @@ class BenchRequest:
     floors: bool = False             # the reference rows (kind "floor") join named models (`stz bench` unless --no-floors)
 
     def __post_init__(self) -> None:
+        normalise_where(self.where)  # a bad or reversed selection fails here, before any zoo is read
         self.device = str(resolve_device(self.device))
         if self.models is not None and self.floors:
             self.models = [*self.models, *(f for f in floor_predictors() if f not in self.models)]

@@ -30,8 +30,8 @@ from small_transformer_zoo.errors import DataError, naming_file
 from small_transformer_zoo.format.selection import normalise_where
 from small_transformer_zoo.store.files import atomic_write_bytes, shared_file_update
 
-from ..models.metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, RunResamples, defined,
-                      paired_difference, percentile_interval, scores)
+from ..models.metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, MIN_RUNS, RunResamples,
+                              defined, paired_difference, percentile_interval, runs_behind, scores, too_few_runs)
 from ..bench.protocols import protocol_where
 from ..models.targets import TARGETS, Target, get_target
 from .parquet_child import read_columns
@@ -320,6 +320,7 @@ def score_values(predicted: np.ndarray, truth: Truth, target: str = "test_accura
         intervals[column] = list(percentile_interval(values))
         main_values = values if main_values is None else main_values
     out.update(target=target, intervals=intervals, runs=draws.runs,
+               column_runs={c: runs_behind(truth.runs, truth.accuracy, c) for c in columns},
                bootstrap={"resamples": resamples, "seed": bootstrap_seed, "unit": "test run"},
                main_resamples=[round(float(v), 6) if np.isfinite(v) else None for v in main_values])
     return out
@@ -411,7 +412,16 @@ def parse_leaderboard(raw: bytes, where: str) -> list[dict[str, Any]]:
     return entries
 
 
+def column_runs(metrics: dict[str, Any], column: str) -> int | None:
+    """The test runs a scored column rests on (None for scores written before they were recorded)."""
+    runs = (metrics.get("column_runs") or {}).get(column)
+    return runs if isinstance(runs, int) else None
+
+
 def _cell(metrics: dict[str, Any], column: str) -> str:
+    runs = column_runs(metrics, column)
+    if runs is not None and too_few_runs(runs):
+        return f"too few runs ({runs})"
     value = metrics.get(column)
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "-"
@@ -446,22 +456,29 @@ def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, .
         main = "accuracy" if classify else "tau"
         columns = ["accuracy", "macro_f1"] if classify else ["tau"] + [f"tau@{t:g}" for t in thresholds] + ["r2", "l1"]
         rows = sorted((e for e in entries if _table_key(e) == key),
-                      key=lambda e: -_finite(e["metrics"].get(main)))
+                      key=lambda e: (not _rankable(e["metrics"], main), -_finite(e["metrics"].get(main))))
         header = ["rank", "name"] + [c.replace("@", " >= ") for c in columns] + ["runs"]
         title = " / ".join(markdown_text(part) for part in key if part != EVERY_CHECKPOINT)
         out += [f"### {title}", "",
                 "Each cell: the score [95% interval from a bootstrap over the split's runs]; `1=`: tied with the "
-                "best (the paired interval of the difference holds 0).", "",
+                "best (the paired interval of the difference holds 0); \"too few runs (n)\": a figure resting on "
+                f"fewer than {MIN_RUNS} runs, shown as no figure and, for the main one, not ranked (`-`).", "",
                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for rank, e in enumerate(rows, start=1):
             m = e["metrics"]
-            shown = str(rank)
-            if rank > 1 and _tied_with(rows[0]["metrics"], m, main):
+            shown = str(rank) if _rankable(m, main) else "-"
+            if rank > 1 and _rankable(m, main) and _tied_with(rows[0]["metrics"], m, main):
                 shown = "1="
             out.append(f"| {shown} | {markdown_text(str(e['name']))} | "
                        + " | ".join(_cell(m, c) for c in columns) + f" | {m.get('runs', '-')} |")
         out.append("")
     return "\n".join(out)
+
+
+def _rankable(metrics: dict[str, Any], main: str) -> bool:
+    """An entry ranks where its main figure is defined and rests on enough runs (`too_few_runs`)."""
+    runs = column_runs(metrics, main)
+    return math.isfinite(_finite(metrics.get(main))) and (runs is None or not too_few_runs(runs))
 
 
 def _finite(value: Any) -> float:

@@ -129,8 +129,23 @@ def bootstrap_tau(predicted: np.ndarray, true: np.ndarray, run_ids: Sequence[str
 def paired_difference(values_a: np.ndarray, values_b: np.ndarray, estimate_a: float,
                       estimate_b: float) -> dict[str, Any]:
     """The difference a - b of one metric of two models scored on the same resamples, with its 95% interval;
-    `tied` when both estimates are defined and the interval holds 0 (or is undefined)."""
+    `tied` when both estimates are defined and the interval holds 0. Where the interval is undefined, the two are
+    neither tied nor apart: `tied` is false and `decided` too (shown as "n/a")."""
     low, high = percentile_interval(np.asarray(values_a) - np.asarray(values_b))
-    defined = math.isfinite(estimate_a) and math.isfinite(estimate_b)
-    return {"estimate": estimate_a - estimate_b, "low": low, "high": high,
-            "tied": defined and not (low > 0 or high < 0)}
+    decided = math.isfinite(estimate_a) and math.isfinite(estimate_b) and math.isfinite(low) and math.isfinite(high)
+    return {"estimate": estimate_a - estimate_b, "low": low, "high": high, "decided": decided,
+            "tied": decided and low <= 0 <= high}
+
+
+MIN_RUNS = 10  # a figure resting on fewer test runs is shown as "too few runs (n)": its interval would mean nothing
+
+
+def too_few_runs(runs: int) -> bool:
+    """The one rule for every output (`stz bench`, `stz score`, the leaderboards): a figure needs `MIN_RUNS` runs."""
+    return runs < MIN_RUNS
+
+
+def runs_behind(run_ids: np.ndarray, accuracy: np.ndarray, column: str) -> int:
+    """The test runs a column rests on: for `tau@T`, the runs with a checkpoint at or above T; else all."""
+    kept = accuracy >= float(column[4:]) if column.startswith("tau@") else np.ones(len(run_ids), dtype=bool)
+    return len(set(np.asarray(run_ids, dtype=object)[kept].tolist()))

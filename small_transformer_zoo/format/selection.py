@@ -80,7 +80,11 @@ def normalise_where(where: Mapping[str, Any] | None) -> list[Condition]:
         elif isinstance(value, tuple):
             if len(value) != 2:
                 raise ValueError(f"where[{column!r}]: a range is a (low, high) pair, got {value!r}")
-            out.append((column, "range", [None if v is None else _check_value(column, v) for v in value]))
+            low, high = (None if v is None else _check_value(column, v) for v in value)
+            if low is not None and high is not None and low > high:
+                raise ValueError(f"where[{column!r}]: the range ({low!r}, {high!r}) is reversed (its low end is above "
+                                 f"its high end) and would select nothing; write ({high!r}, {low!r})")
+            out.append((column, "range", [low, high]))
         elif isinstance(value, (list, set, frozenset)):
             out.append((column, "in", sorted((_check_value(column, v) for v in value), key=repr)))
         elif isinstance(value, (str, int, float, bool, np.generic)):
@@ -135,6 +139,9 @@ class Selection:
         for name, bound in (("min_accuracy", min_accuracy), ("max_accuracy", max_accuracy)):
             if bound is not None:
                 _check_value("test_accuracy", bound)
+        if min_accuracy is not None and max_accuracy is not None and min_accuracy > max_accuracy:
+            raise ValueError(f"min_accuracy {min_accuracy!r} is above max_accuracy {max_accuracy!r}: the range is "
+                             f"reversed and would select nothing")
         chosen = None if epochs is None else tuple(_check_value("epoch", e) for e in epochs)
         for name, flag in (("best_only", best_only), ("include_diverged", include_diverged), ("distinct", distinct)):
             if not isinstance(flag, bool):

@@ -69,11 +69,28 @@ def locate(name_or_path: str | os.PathLike[str], config: str | None = None,
         if local is not None:
             return ZooLocation("local", str(local), config)
         repo_id = default_repo_id()
+        close = [c for c in registered_configs() if one_typo_apart(config, c)]
+        if close and revision is None:
+            raise ZooNotFoundError(text, f"did you mean {close[0]!r}? Config {config!r} is not registered on this "
+                                         f"machine and {close[0]!r} is; to read {config!r} from the Hub, name the "
+                                         f"repo ({repo_id!r}) instead of the short name")
         return ZooLocation("hub", f"hf://datasets/{repo_id}", config, repo_id, revision,
                            _registered_hint(config, repo_id))
     if not HUB_REPO_ID.fullmatch(text):
         raise ZooNotFoundError(text, "no such folder, and not a Hub dataset repo id of the form 'owner/name'")
     return ZooLocation("hub", f"hf://datasets/{text}", config, text, revision)
+
+
+def one_typo_apart(a: str, b: str) -> bool:
+    """Whether `b` is `a` with one typo: a character added, dropped, replaced, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        differ = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(differ) == 1 or (len(differ) == 2 and differ[1] == differ[0] + 1
+                                    and a[differ[0]] == b[differ[1]] and a[differ[1]] == b[differ[0]])
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
 def _registered_hint(config: str, repo_id: str) -> str:

@@ -48,6 +48,7 @@ class ExportResult:
     """What an export wrote: the release folder or zip, its checkpoints and runs, and what the user should know."""
 
     path: Path
+    zoo: Path
     checkpoints: int
     runs: int
     notes: list[str] = field(default_factory=list)
@@ -116,7 +117,7 @@ def _write_release(zoo: Zoo, folder: Path, dataset: str, progress: Progress | No
     if unlabelled:
         notes.append(f"{unlabelled} checkpoints without a test accuracy are left out (the layout needs one)")
     _write_csv(folder / "metadata" / f"{dataset}.csv", rows, spec)
-    return ExportResult(folder, len(rows), len({r[ZOO_RUN_COLUMN] for r in rows}), notes)
+    return ExportResult(folder, zoo.dir, len(rows), len({r[ZOO_RUN_COLUMN] for r in rows}), notes)
 
 
 def file_runs(run_ids: list[str]) -> dict[str, str]:

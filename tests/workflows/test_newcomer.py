@@ -4,6 +4,7 @@ counted once, long builds that ask first, one rule for zoo names, registering a 
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -154,7 +155,34 @@ def test_a_mistyped_config_through_the_short_name_suggests_the_registered_one(sy
     register_local_zoo("syn", synthetic_root)
     for read in (lambda: load_dataset("small-transformer-zoo", "sny", split="train"),
                  lambda: open_zoo("small-transformer-zoo", "sny")):
-        with pytest.raises(ZooFormatError, match=r"'sny' is not registered on this machine \(registered: \['syn'\]\)"
-                                                 r".*did you mean 'syn'\?"):
+        with pytest.raises(ZooFormatError, match=r"did you mean 'syn'\? Config 'sny' is not registered on this "
+                                                 r"machine and 'syn' is"):
             read()
+    with pytest.raises(ZooFormatError, match=r"'syn-wide' is not registered on this machine \(registered: \['syn'\]\)"):
+        load_dataset("small-transformer-zoo", "syn-wide", split="train")
     assert len(load_dataset("small-transformer-zoo", "syn", split="train")) > 0
+
+
+@pytest.mark.parametrize("a,b,typo", [("mnist-mnii", "mnist-mini", True), ("sny", "syn", True),
+                                      ("mnist-min", "mnist-mini", True), ("mnist-minis", "mnist-mini", True),
+                                      ("mnist-mimi", "mnist-mini", True), ("mnist-tiny", "mnist-mini", False),
+                                      ("mnist-wide", "mnist-mini", False), ("mnist-mini", "mnist-mini", False)])
+def test_one_typo_apart(a: str, b: str, typo: bool) -> None:
+    from small_transformer_zoo.hub.locate import one_typo_apart
+
+    assert one_typo_apart(a, b) == one_typo_apart(b, a) == typo
+
+
+def test_inputs_that_select_nothing_fail_at_once(synthetic_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A reversed range names itself before anything is read; `stz quickstart --epochs 0` fails before any build."""
+    with pytest.raises(ValueError, match=r"where\['learning_rate'\]: the range \(0.001, 0.0001\) is reversed"):
+        load_dataset(synthetic_root, "syn", where={"learning_rate": (1e-3, 1e-4)})
+    with pytest.raises(ValueError, match="min_accuracy 0.8 is above max_accuracy 0.2"):
+        load_dataset(synthetic_root, "syn", min_accuracy=0.8, max_accuracy=0.2)
+    assert main(["bench", str(synthetic_root), "--where", "learning_rate=1e-3..1e-4"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is reversed" in err
+    started = time.perf_counter()
+    assert main(["quickstart", "--epochs", "0", "--out", str(synthetic_root.parent / "never")]) == 2
+    assert "--epochs: 0 must be at least 1" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5 and not (synthetic_root.parent / "never").exists()

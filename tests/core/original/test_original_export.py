@@ -192,7 +192,7 @@ def test_run_names_are_letters_and_digits_and_unique() -> None:
 def test_export_original_command(zoos, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     root, config = zoos["mnist"]
     assert main(["export-original", str(root), "--config", config, "--out", str(tmp_path), "--no-progress"]) == 0
-    assert f"in the authors' release layout to {tmp_path / 'MNIST-Transformers'}" in capsys.readouterr().out
+    assert f"of {root / config} in the authors' release layout to {tmp_path / 'MNIST-Transformers'}" in capsys.readouterr().out
     assert main(["export-original", str(root), "--out", str(tmp_path), "--no-progress"]) == 1
     assert "already exists; pass --overwrite" in capsys.readouterr().err
     assert main(["export-original", "--help"]) == 0
