@@ -232,7 +232,8 @@ def _add_info_parser(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--clone-epoch", type=bounded(int, 1),
                       help="with --clones: the epoch compared (default: the latest one every run stores)")
     info.add_argument("--within", type=bounded(float, 0, low_open=True), default=0.01,
-                      help="with --clones: the relative distance |w - w'| / |w| that counts as a clone (default: 0.01)")
+                      help="with --clones: the distance between weight directions |w/|w| - w'/|w'|| that counts as a "
+                           "clone (default: 0.01)")
     info.add_argument("--raw-only", action="store_true", help="with --clones: skip the canonical forms (faster)")
     info.set_defaults(func=cmd_info)
 

@@ -250,6 +250,7 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
     if any(_interval(cell).endswith("[-]") for row in report.cells.values() for cell in row.values()):
         lines.append("[-]: no interval, because the metric is undefined on most resamples (e.g. constant "
                      "predictions or one checkpoint).")
+    lines += nearest_note(report, result)
     lines += [f"Not trained at {name} (too few checkpoints left by the filter: {why})."
               for name, why in result.skipped.items()]
     lines += [f"No {column_title(column)} for {', '.join(models)}: constant predictions on its test checkpoints "
@@ -272,6 +273,26 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
                  _number(report.fitted[model]["validation"])] + ([_number(row[main].seed_sd)] if seeds > 1 else []))
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def nearest_note(report: Report, result: BenchResult) -> list[str]:
+    """What the `nearest_run` floor could read, in words: how many test checkpoints have a training checkpoint
+    within `CLONE_DISTANCE` (the clone census's distance between weight directions), or that none does."""
+    if "nearest_run" not in report.cells:
+        return []
+    from small_transformer_zoo.store.census import CLONE_DISTANCE, UNRELATED, nearest_distances
+
+    splits = next(c for c in result.conditions if c.name == "all").splits
+    distances = nearest_distances(splits["test"].params, splits["train"].params)
+    near = int(np.sum(distances <= CLONE_DISTANCE))
+    median = float(np.median(distances))
+    if near:
+        return [f"nearest_run: {near} of {len(distances)} test checkpoints have a training checkpoint within "
+                f"{CLONE_DISTANCE:g} (distance between weight directions; median {median:.2f})."]
+    kind = "as far as unrelated networks are" if median > UNRELATED else "closer than unrelated networks"
+    return [f"nearest_run: no test checkpoint has a training checkpoint within {CLONE_DISTANCE:g} (median distance to "
+            f"the nearest {median:.2f}, {kind}, about 1.41): it has no clone to read, only the nearest of unrelated "
+            f"networks."]
 
 
 def report_json(report: Report, result: BenchResult) -> dict[str, Any]:

@@ -7,9 +7,10 @@ learning, to reach.
 - `hyperparameters`: LightGBM with the paper's tree settings on the run's hyperparameters (optimizer, log learning
   rate, dropout, init std, log L2, train fraction) and the checkpoint's epoch and best flag; the target's own
   columns are left out (a model of the learning rate does not see it).
-- `nearest_run`: the target of the nearest training checkpoint in weight space (Euclidean, one matmul over the
-  training split), no learning. On a zoo whose test runs have near-clones in training it scores near 1; on a zoo
-  of independent runs it shows how far memorising goes.
+- `nearest_run`: the target of the training checkpoint nearest in weight space (the distance between weight
+  directions, as the clone census measures it; one matmul over the training split), no learning. On a zoo whose
+  test runs have near-clones in training it scores near 1; on a zoo of independent runs it shows how far
+  memorising goes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from small_transformer_zoo.format.metadata import HYPERPARAMETERS, OPTIMIZERS
+from small_transformer_zoo.store.census import directions
 
 from .fitting import FitRequest
 from .metrics import kendall_tau
@@ -61,10 +63,12 @@ def hyperparameter_table(split: Any, leave_out: tuple[str, ...]) -> np.ndarray:
 
 
 class NearestRun:
-    """Predicts the target of the training checkpoint nearest in weight space (a class target: that checkpoint's
-    class, as a one-hot row). Distances are computed in float64 on blocks of rows, so its memory stays bounded: the
-    training split is kept as stored, never widened whole (44,000 checkpoints of the authors' release would be
-    6.5 GB in float64)."""
+    """Predicts the target of the training checkpoint whose weights point the nearest way (the distance between
+    directions, `|w/|w| - w'/|w'||`, that the clone census uses; a class target: that checkpoint's class, as a
+    one-hot row). By Euclidean distance a network unrelated to every training one would be nearest to whichever
+    training network collapsed to the smallest norm; directions favour no norm. Distances are computed in float64
+    on blocks of rows, so its memory stays bounded: the training split is kept as stored, never widened whole
+    (44,000 checkpoints of the authors' release would be 6.5 GB in float64)."""
 
     QUERY_CHUNK = 1024  # rows asked about per block
     TRAIN_CHUNK = 2048  # training rows per block: at most [TRAIN_CHUNK, weights] float64 at a time
@@ -74,18 +78,17 @@ class NearestRun:
         self.target, self.classes = np.asarray(train.target), classes
 
     def nearest(self, params: torch.Tensor) -> np.ndarray:
-        """Index of the nearest training row of each row of `params` (the first one on a tie)."""
-        best = torch.full((len(params),), float("inf"), dtype=torch.float64)
+        """Index of the training row nearest in direction to each row of `params` (the first one on a tie)."""
+        best = torch.full((len(params),), -float("inf"), dtype=torch.float64)
         index = torch.zeros(len(params), dtype=torch.int64)
         for start in range(0, len(self.params), self.TRAIN_CHUNK):
-            block = self.params[start:start + self.TRAIN_CHUNK].double()
-            squared = (block * block).sum(1)
+            block = directions(self.params[start:start + self.TRAIN_CHUNK])
             for first in range(0, len(params), self.QUERY_CHUNK):
                 rows = slice(first, first + self.QUERY_CHUNK)
-                distance = squared[None, :] - 2.0 * params[rows].double() @ block.T  # |x|^2 is the same along a row
-                where = distance.argmin(1)
-                value = distance.gather(1, where[:, None])[:, 0]
-                better = value < best[rows]  # strictly: an earlier block keeps a tie
+                cosine = directions(params[rows]) @ block.T   # the nearest direction has the largest cosine
+                where = cosine.argmax(1)
+                value = cosine.gather(1, where[:, None])[:, 0]
+                better = value > best[rows]  # strictly: an earlier block keeps a tie
                 best[rows] = torch.where(better, value, best[rows])
                 index[rows] = torch.where(better, where + start, index[rows])
         return index.numpy()

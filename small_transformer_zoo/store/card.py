@@ -112,13 +112,14 @@ def census_section(zoos: list[Zoo], clones: bool) -> str:
     """The near-clone census of every config (`census`), which reads the weights; without `clones`, how to get it."""
     if not clones:
         return ("The near-clone census of each config (`stz info ROOT --clones`, or this card rendered with `stz card "
-                "--clones`) gives, per split, the share of runs whose nearest training run is within a relative "
-                "distance of 1%.")
+                "--clones`) gives, per split, the share of runs whose nearest training run is within 1% (the "
+                "distance between weight directions, |w/|w| - w'/|w'||).")
     from .census import census_report
 
     lines = ["Near-clones, per config and split: the share of runs whose nearest other training run (weights at "
-             "the epoch shown) lies within a relative distance |w - w'| / |w| of 1%, raw and in canonical form, "
-             "and the median distance (`stz info --clones`).", "",
+             "the epoch shown) lies within 1%, by the distance between weight directions |w/|w| - w'/|w'|| (a "
+             "near-clone of equal norm at its relative distance; unrelated networks near 1.41), raw and in canonical "
+             "form, and the median distance (`stz info --clones`).", "",
              "| config | seeds | epoch | split | runs | within 1% (raw) | median (raw) | within 1% (canonical) | "
              "median (canonical) |", "|---|---|---|---|---|---|---|---|---|"]
     for zoo in zoos:

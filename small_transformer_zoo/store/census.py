@@ -3,9 +3,10 @@
 
 Runs trained from one seed with settings that differ only slightly (L2 of 1e-8 against 1e-7) end as near-clones.
 Split by run, such a pair can put one run in training and its twin in test, and a benchmark then rewards
-memorising. The census measures it: for every run of a split, the relative distance
-`|w - w'| / |w|` from its checkpoint at one epoch to the nearest other training run's checkpoint at that epoch,
-on the raw weights and on their canonical forms (`weights.canonical`), which also catches clones that differ by a
+memorising. The census measures it: for every run of a split, the distance between the direction of its
+checkpoint at one epoch and that of the nearest other training run's checkpoint at that epoch (`|w/|w| - w'/|w'||`:
+a near-clone of equal norm at its relative distance, unrelated networks near sqrt(2) whatever their norms), on the
+raw weights and on their canonical forms (`weights.canonical`), which also catches clones that differ by a
 symmetry of the paper's group.
 """
 
@@ -25,7 +26,8 @@ from ..weights.canonical import canonicalize_params
 from .reader import Zoo
 from .seeding import seed_policy
 
-CLONE_DISTANCE = 0.01      # a run whose nearest training run is this close (relative) counts as having a clone
+CLONE_DISTANCE = 0.01      # a run whose nearest training run's direction is this close counts as having a clone
+UNRELATED = 1.2            # a nearest direction this far or farther is as far as unrelated networks lie (sqrt(2))
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 CANDIDATES = 4             # nearest rows by the float32 matmul whose exact distances are then compared
 CHUNK = 256                # query rows per distance block
@@ -64,28 +66,35 @@ def _rows_at(zoo: Zoo, split: str, epoch: int) -> torch.Tensor:
     return zoo.split_weights(split).rows(zoo.select(split, where={"epoch": epoch, "is_best": False}))
 
 
+def directions(rows: torch.Tensor) -> torch.Tensor:
+    """Each row divided by its norm, in float64 (a row of zeros stays zeros)."""
+    rows = rows.double()
+    return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-300)
+
+
 def nearest_distances(queries: torch.Tensor, reference: torch.Tensor, exclude_self: bool = False) -> np.ndarray:
-    """Relative distance `|q - r| / |q|` from each query row to its nearest reference row. The nearest few are
-    found by a float32 matmul, then their distances computed exactly (in float64, without the matmul's
-    cancellation), so a near-clone at a relative distance of 1e-4 is measured as such."""
+    """Distance `|q/|q| - r/|r||` from each query row's direction to the nearest reference row's. The distance of
+    directions does not favour small weights: by Euclidean or relative distance, a network unrelated to every other
+    is nearest to whichever one collapsed to the smallest norm; here unrelated directions lie near sqrt(2) whatever
+    their norms, and a near-clone of equal norm lies at its relative distance (`CLONE_DISTANCE` of 0.01 is 1%). The
+    nearest few are found by a float32 matmul, then their distances computed exactly in float64."""
     if len(reference) <= int(exclude_self):
         return np.full(len(queries), np.nan)
-    reference32 = reference.float()
-    squared = (reference32 * reference32).sum(1)
+    reference_unit = directions(reference)
+    reference32 = reference_unit.float()
     k = min(CANDIDATES + int(exclude_self), len(reference))
     out = []
     for start in range(0, len(queries), CHUNK):
-        chunk = queries[start : start + CHUNK]
-        scores = squared[None, :] - 2.0 * chunk.float() @ reference32.T
+        chunk = directions(queries[start : start + CHUNK])
+        scores = -(chunk.float() @ reference32.T)
         rows = torch.arange(start, start + len(chunk))
         if exclude_self:
             scores[torch.arange(len(chunk)), rows] = torch.inf
         candidates = scores.topk(k, dim=1, largest=False).indices
-        exact = (chunk.double()[:, None, :] - reference[candidates].double()).norm(dim=-1)
+        exact = (chunk[:, None, :] - reference_unit[candidates]).norm(dim=-1)
         if exclude_self:  # with few rows the row itself is among the candidates
             exact = exact.masked_fill(candidates == rows[:, None], torch.inf)
-        exact = exact.min(1).values
-        out.append((exact / chunk.double().norm(dim=1).clamp_min(1e-300)).numpy())
+        out.append(exact.min(1).values.numpy())
     return np.concatenate(out)
 
 
@@ -122,7 +131,8 @@ def format_census(report: dict[str, Any]) -> str:
     within = report["within"]
     lines = [f"near-clones of {report['config']} at epoch {report['epoch']} ({report['seed_policy']} seeds, splits "
              f"{report['split_rule']}): per split, the share of runs whose nearest other training run is within a "
-             f"relative distance of {within:g} (|w - w'| / |w|), and the quantiles of that distance",
+             f"distance of {within:g} between weight directions (|w/|w| - w'/|w'||; unrelated networks lie near "
+             f"1.41), and the quantiles of that distance",
              f"  {'split':<11}{'runs':>6}  {'form':<10}{'within':>8}   " +
              "  ".join(f"q{float(q) * 100:02.0f}" .rjust(7) for q in report["splits"]["train"]["raw"]["quantiles"])]
     for split, row in report["splits"].items():
@@ -132,4 +142,19 @@ def format_census(report: dict[str, Any]) -> str:
             quantiles = "  ".join(("-" if v is None else f"{v:.4f}").rjust(7) for v in part["quantiles"].values())
             lines.append(f"  {split if form == 'raw' else '':<11}{row['runs'] if form == 'raw' else '':>6}  "
                          f"{form:<10}{share:>8}   {quantiles}")
+    lines += [f"  {line}" for line in clone_words(report)]
     return "\n".join(lines)
+
+
+def clone_words(report: dict[str, Any]) -> list[str]:
+    """The census in words where it says that no run is near another: per split without a clone, how far its
+    runs' nearest training runs are."""
+    out = []
+    for split, row in report["splits"].items():
+        raw = row["raw"]
+        if raw["within"] == 0 and raw["quantiles"].get("0.5") is not None:
+            median = raw["quantiles"]["0.5"]
+            kind = "as far as unrelated networks are" if median > UNRELATED else "closer than unrelated networks"
+            out.append(f"no {split} run has a training run within {report['within']:g}: the median distance to the "
+                       f"nearest is {median:.2f}, {kind} (about 1.41)")
+    return out

@@ -23,7 +23,7 @@ from small_transformer_zoo.errors import ZooFormatError
 from small_transformer_zoo.format.architecture import mnist_spec
 from small_transformer_zoo.format.metadata import OPTIMIZERS
 from small_transformer_zoo.format.splits import FAMILY_KEYS, SplitRule, assign_split
-from small_transformer_zoo.store.census import census_report, nearest_distances
+from small_transformer_zoo.store.census import census_report, format_census, nearest_distances
 from small_transformer_zoo.store.writer import ZooWriter
 
 SPEC = mnist_spec()
@@ -108,6 +108,9 @@ def test_census_finds_the_clones_a_run_split_leaks_and_a_family_split_does_not(b
     assert leaky["splits"]["train"]["raw"]["within"] > 0.9, "most families have several training runs"
     assert clean["splits"]["test"]["raw"]["within"] == 0.0
     assert clean["splits"]["test"]["raw"]["quantiles"]["0.5"] > 1.0, "unrelated runs are far apart"
+    words = format_census(clean)
+    assert "no test run has a training run within 0.01" in words and "as far as unrelated networks are" in words
+    assert "no test run" not in format_census(leaky)
     assert 0 < leaky["splits"]["test"]["raw"]["quantiles"]["0.05"] < 1e-3
 
 
@@ -119,11 +122,22 @@ def test_nearest_distances_match_brute_force(queries: int, references: int, seed
     g = torch.Generator().manual_seed(seed)
     reference = torch.randn(references, 50, generator=g)
     query = torch.cat([reference[:1] * (1 + 1e-5), torch.randn(queries, 50, generator=g)])
-    exact = torch.cdist(query.double(), reference.double()).min(1).values / query.double().norm(dim=1)
+    unit = lambda rows: rows.double() / rows.double().norm(dim=1, keepdim=True)  # noqa: E731
+    exact = torch.cdist(unit(query), unit(reference)).min(1).values
     assert np.allclose(nearest_distances(query, reference), exact.numpy(), rtol=1e-9, atol=1e-12)
-    self_exact = torch.cdist(reference.double(), reference.double()).fill_diagonal_(np.inf).min(1).values
-    assert np.allclose(nearest_distances(reference, reference, exclude_self=True),
-                       (self_exact / reference.double().norm(dim=1)).numpy(), rtol=1e-9)
+    assert nearest_distances(query[:1], reference)[0] < 1e-6, "a scaled copy points the same way (float32 rounding)"
+    self_exact = torch.cdist(unit(reference), unit(reference)).fill_diagonal_(np.inf).min(1).values
+    assert np.allclose(nearest_distances(reference, reference, exclude_self=True), self_exact.numpy(), rtol=1e-9)
+
+
+def test_unrelated_networks_lie_near_sqrt_2_whatever_their_norms() -> None:
+    """Relative distance called every unrelated network's nearest a collapsed one at 1.000; directions do not."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    reference = torch.cat([torch.randn(50, 2000, generator=g) * 0.5, torch.randn(3, 2000, generator=g) * 1e-3])
+    distances = nearest_distances(torch.randn(40, 2000, generator=g), reference)
+    assert np.all((distances > 1.3) & (distances < 1.45)), distances
 
 
 def test_nearest_run_floor_memorises_leaked_clones_only(by_run: Path, by_family: Path) -> None:

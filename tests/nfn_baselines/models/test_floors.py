@@ -1,4 +1,5 @@
-"""The `nearest_run` floor: blockwise distances give the brute-force nearest training row."""
+"""The `nearest_run` floor: blockwise distances give the brute-force nearest training row by direction, and a
+collapsed training network of tiny norm is not everyone's nearest."""
 
 from types import SimpleNamespace
 
@@ -26,7 +27,8 @@ def test_blockwise_nearest_is_the_brute_force_nearest(train_rows: int, query_row
     floor = NearestRun(SimpleNamespace(params=train, target=np.arange(train_rows, dtype=float)))
     floor.QUERY_CHUNK, floor.TRAIN_CHUNK = chunks
     found = floor.nearest(query)
-    distance = torch.cdist(query.double(), train.double()).numpy()
+    unit = lambda rows: rows.double() / rows.double().norm(dim=1, keepdim=True)  # noqa: E731
+    distance = torch.cdist(unit(query), unit(train)).numpy()
     assert found.shape == (query_rows,)
     assert np.allclose(distance[np.arange(query_rows), found], distance.min(1) if query_rows else 0, atol=1e-9)
     if not repeat:
@@ -42,3 +44,22 @@ def test_on_its_own_training_split_each_checkpoint_is_its_own_nearest() -> None:
     copy = SimpleNamespace(params=train.params.clone(), target=train.target)  # the same rows by search
     assert np.array_equal(floor.predict(copy), train.target)
     assert np.array_equal(floor.nearest(train.params), np.arange(30))
+
+
+def test_collapsed_networks_of_tiny_norm_are_not_everyones_nearest() -> None:
+    """Unrelated networks of ordinary norm and a few collapsed ones (norm 0.3 against 24): by Euclidean distance
+    every query would be nearest to a collapsed one; by direction, a query's near-clone is found and unrelated
+    queries spread over the training rows."""
+    generator = torch.Generator().manual_seed(0)
+    ordinary = torch.randn(40, 500, generator=generator)
+    ordinary *= 24 / ordinary.norm(dim=1, keepdim=True)
+    collapsed = torch.randn(4, 500, generator=generator)
+    collapsed *= 0.3 / collapsed.norm(dim=1, keepdim=True)
+    train = torch.cat([ordinary, collapsed])
+    floor = NearestRun(SimpleNamespace(params=train, target=np.arange(44, dtype=float)))
+    unrelated = torch.randn(300, 500, generator=generator) * 24 / np.sqrt(500)
+    assert set(torch.cdist(unrelated, train).argmin(1).tolist()) <= set(range(40, 44)), "Euclidean's bias"
+    collapsed_share = float(np.mean(floor.nearest(unrelated) >= 40))
+    assert collapsed_share < 0.2, "about their 4 in 44 rows, not all of them"
+    clone = ordinary[7:8] * 1.001 + 0.01 * torch.randn(1, 500, generator=generator)
+    assert floor.nearest(clone).tolist() == [7]
