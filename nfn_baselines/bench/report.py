@@ -214,18 +214,23 @@ def column_title(column: str) -> str:
         column, f"tau (acc >= {column[4:]})")
 
 
+SECOND_TABLE = ("r2", "l1")  # columns of the second table: how well the values fit, beside the ranking
+
+
 def render_markdown(report: Report, result: BenchResult, config: str) -> str:
-    """The table: each cell the seed-mean with its 95% interval over test runs; the difference with the best model
-    (paired interval; `tied` when it holds 0); train and validation scores (overfitting shows as a gap); the spread
-    over seeds; the runs and checkpoints each column rests on."""
+    """Two tables. The first ranks: each tau (or accuracy) cell the seed-mean with its 95% interval over test runs,
+    only the columns resting on enough test runs (the others named in one line), and the difference with the best
+    model (paired interval; `tied` when it holds 0, n/a without an interval). The second shows the fit: R^2 and L1
+    where the target has a unit, train and validation scores (overfitting shows as a gap) and the spread over
+    seeds. The notes speak only of what the tables show."""
     data, main = result.data, report.main
     seeds = len(result.seeds)
     first = next(iter(report.cells.values()))
+    ranking = [c for c in report.columns if c not in SECOND_TABLE]
+    shown = [c for c in ranking if c == main or not too_few_runs(first[c].runs)]
+    hidden = [c for c in ranking if c not in shown]
     counts = "; ".join(f"{column_title(c)}: {first[c].runs} runs, {first[c].checkpoints:,} checkpoints"
-                       for c in report.columns if c not in ("r2", "l1", "macro_f1"))
-    fitted_name = "accuracy" if data.target.kind == "classification" else "tau"
-    header = (["model"] + [column_title(c) for c in report.columns] + [f"vs best ({column_title(main)})",
-              f"train {fitted_name}", f"validation {fitted_name}"] + (["seed sd"] if seeds > 1 else []))
+                       for c in shown if c != "macro_f1")
     protocol = data.protocol + (f", epoch {data.epoch}" if data.epoch is not None else "")
     estimate = "mean over seeds" if seeds > 1 else "the one seed's figure"
     tied = [m for m in report.tied() if m != report.best]
@@ -240,39 +245,52 @@ def render_markdown(report: Report, result: BenchResult, config: str) -> str:
              f"seed {report.bootstrap_seed}]. Test split: {counts}.",
              f"Best: {report.best}; tied with it (paired interval of the difference holds 0): "
              f"{', '.join(tied) if tied else 'none'}."]
-    sparse = [column_title(c) for c in report.columns if too_few_runs(first[c].runs)]
-    if sparse:
-        lines.append(f"{', '.join(sparse)}: fewer than {MIN_RUNS} test runs, shown as \"too few runs (n)\" instead "
-                     f"of a figure.")
+    if hidden:
+        lines.append("Not shown, resting on fewer than " + f"{MIN_RUNS} test runs: " + ", ".join(
+            f"{column_title(c)} ({first[c].runs})" for c in hidden) + " (in the results JSON).")
+    if too_few_runs(first[main].runs):
+        lines.append(f"{column_title(main)}: fewer than {MIN_RUNS} test runs, shown as \"too few runs (n)\".")
     if any(not v["decided"] for v in report.versus_best.values() if math.isfinite(v["estimate"])):
         lines.append("n/a: the difference with the best has no interval (the metric is undefined on most "
                      "resamples), so the two are neither tied nor apart.")
-    if any(_interval(cell).endswith("[-]") for row in report.cells.values() for cell in row.values()):
+    if any(_interval(report.cells[m][c]).endswith("[-]") for m in report.cells for c in shown):
         lines.append("[-]: no interval, because the metric is undefined on most resamples (e.g. constant "
                      "predictions or one checkpoint).")
     lines += nearest_note(report, result)
     lines += [f"Not trained at {name} (too few checkpoints left by the filter: {why})."
-              for name, why in result.skipped.items()]
+              for name, why in result.skipped.items() if any(_where(result, c)[0] == name for c in shown)]
     lines += [f"No {column_title(column)} for {', '.join(models)}: constant predictions on its test checkpoints "
               "(the input of a floor that does not vary there, such as the epoch when every checkpoint is from one "
               "epoch, or a tree whose leaves need 50 checkpoints, which cannot split fewer than 100)."
-              for column, models in report.constant.items()]
+              for column, models in report.constant.items() if column in shown]
+    header = ["model", *(column_title(c) for c in shown), f"vs best ({column_title(main)})"]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, row in report.cells.items():
-        versus = report.versus_best[model]
-        if model == report.best:
-            versus_text = "best"
-        elif not math.isfinite(versus["estimate"]):
-            versus_text = "-"
-        elif not versus["decided"]:
-            versus_text = f"{versus['estimate']:+.3f} n/a"
-        else:
-            versus_text = (f"{versus['estimate']:+.3f} [{_number(versus['low'])}, {_number(versus['high'])}]"
-                           + (" tied" if versus["tied"] else ""))
-        cells = ([_interval(row[c]) for c in report.columns] + [versus_text, _number(report.fitted[model]["train"]),
-                 _number(report.fitted[model]["validation"])] + ([_number(row[main].seed_sd)] if seeds > 1 else []))
+        lines.append(f"| {model} | " + " | ".join([*(_interval(row[c]) for c in shown), _versus(report, model)])
+                     + " |")
+    fitted_name = "accuracy" if data.target.kind == "classification" else "tau"
+    fit_columns = [c for c in report.columns if c in SECOND_TABLE]
+    header = ["model", *(column_title(c) for c in fit_columns), f"train {fitted_name}", f"validation {fitted_name}",
+              *(["seed sd"] if seeds > 1 else [])]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model, row in report.cells.items():
+        cells = [*(_interval(row[c]) for c in fit_columns), _number(report.fitted[model]["train"]),
+                 _number(report.fitted[model]["validation"]), *([_number(row[main].seed_sd)] if seeds > 1 else [])]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _versus(report: Report, model: str) -> str:
+    """A model's difference with the best in the main metric, as the first table shows it."""
+    versus = report.versus_best[model]
+    if model == report.best:
+        return "best"
+    if not math.isfinite(versus["estimate"]):
+        return "-"
+    if not versus["decided"]:
+        return f"{versus['estimate']:+.3f} n/a"
+    return (f"{versus['estimate']:+.3f} [{_number(versus['low'])}, {_number(versus['high'])}]"
+            + (" tied" if versus["tied"] else ""))
 
 
 def nearest_note(report: Report, result: BenchResult) -> list[str]:

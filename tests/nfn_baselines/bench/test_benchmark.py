@@ -187,7 +187,9 @@ def test_a_threshold_that_leaves_too_few_checkpoints_is_not_trained_and_says_so(
     assert np.isnan(report.cells["mlp"][f"tau@{top:g}"].estimate)
     assert np.isfinite(report.cells["mlp"]["tau@0.4"].estimate)
     table = render_markdown(report, result, "learnable")
-    assert f"Not trained at >={top:g} (too few checkpoints left by the filter: train" in table
+    runs = report.cells["mlp"][f"tau@{top:g}"].runs
+    assert f"Not shown, resting on fewer than 10 test runs: tau (acc >= {top:g}) ({runs})" in table
+    assert "Not trained at" not in table, "notes speak only of the columns shown"
     # a forest whose leaves need 50 checkpoints cannot split this small a training split: the table says why
     # its tau is missing, and a model that varies is not listed
     assert len(result.conditions[1].splits["train"]) < 100
