@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import shutil
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,8 +100,18 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         if unknown:
             raise ZooNotFoundError(f"{self.zoo_root}/{config_name}",
                                  f"unknown split {unknown[0]!r}; this zoo has {list(self.manifest['metadata'])}")
-        super().__init__(config_name=config_name, hash=hashlib.sha256(self.manifest_bytes).hexdigest()[:16],
+        arguments = dict(config_name=config_name, hash=hashlib.sha256(self.manifest_bytes).hexdigest()[:16],
                          base_path=self.zoo_root, dataset_name="small_transformer_zoo", token=token, **kwargs)
+        try:
+            super().__init__(**arguments)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):  # its description in the cache is damaged
+            folder = getattr(self, "_cache_dir", None)
+            if not folder or not (Path(folder) / datasets.config.DATASET_INFO_FILENAME).is_file():
+                raise
+            warnings.warn(f"{folder}: the datasets cache's description (dataset_info.json) could not be read; it "
+                          f"is derived data, so it was deleted and is prepared again from the zoo", stacklevel=3)
+            shutil.rmtree(folder, ignore_errors=True)
+            super().__init__(**arguments)
 
     @property
     def wanted_splits(self) -> tuple[str, ...]:

@@ -8,22 +8,27 @@ and split are downloaded, and a second call works offline from the Hugging Face 
 
 from __future__ import annotations
 
+import errno
+import functools
 import itertools
 import os
 import re
-import time
-from collections.abc import Iterable, Iterator, Mapping
+import shutil
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import datasets
-from ..errors import ZooFormatError, ZooNotFoundError
+import pyarrow as pa
+
+from ..errors import ZooDamagedError, ZooFormatError, ZooNotFoundError
 from ..format.architecture import ArchitectureSpec
 from ..format.selection import Selection
 from ..format.splits import SPLIT_NAMES
 from ..store.reader import Verify
 from ..store.verification import check_verify_mode
-from .cached import check_cache
+from .cached import CacheDamagedError, cache_files, check_cache
 from .download import download_zoo, evicting_damaged, streaming_root
 from .hf_builder import builder_for, zoo_features
 from .locate import ZooLocation, resolve_zoo
@@ -42,6 +47,10 @@ def _prepare(builder: Any, location: ZooLocation, root: Path) -> None:
         except datasets.exceptions.DatasetGenerationError as exc:
             if isinstance(exc.__cause__, ZooFormatError):  # say which file failed, not that generation did
                 raise exc.__cause__ from None
+            if (full := _no_space(exc)) is not None:
+                raise OSError(errno.ENOSPC, f"no space left on the device of the datasets cache "
+                                            f"({builder.cache_dir}) while preparing the zoo: free space, or give "
+                                            f"load_dataset a cache_dir on another disk", full.filename) from None
             raise
 
 
@@ -87,20 +96,16 @@ def load_dataset(
             root = streaming_root(location, token) if streaming else str(download_zoo(location, splits, token))
     else:
         root = str(Path(location.root).resolve())  # `datasets` reads relative paths against the root again
-    builder = builder_for(root, location.config, splits=splits, verify=verify, cache_dir=cache_dir, token=token,
-                          selection=selection)
+    new_builder = functools.partial(builder_for, root, location.config, splits=splits, verify=verify,
+                                    cache_dir=cache_dir, token=token, selection=selection)
+    builder = new_builder()
     manifest, wanted = builder.manifest, builder.wanted_splits
     filled = tuple(s for s in wanted if manifest["counts"][s] > 0)
     out: dict[str, Any] = {}
     if streaming:
         out = {name: data for name, data in builder.as_streaming_dataset().items() if name in filled}
     elif filled:
-        started = time.time()
-        _prepare(builder, location, Path(root))
-        prepared = builder.info.splits
-        out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
-        for name, data in out.items():
-            check_cache(data, builder, name, verify, started)
+        out = _prepared(builder, new_builder, location, Path(root), filled, verify)
     # `datasets` cannot read a split without rows back; an empty split (or selection) is still a split of the zoo.
     features = zoo_features(ArchitectureSpec.from_dict(manifest["architecture"]))
     for name in wanted:
@@ -116,6 +121,55 @@ def load_dataset(
         return out[split]
     return datasets.concatenate_datasets([out[name] for name in splits]).select(
         _sliced_indices(split, {name: len(out[name]) for name in splits}))
+
+
+CACHE_READ_ERRORS = (OSError, pa.ArrowInvalid, ValueError)  # a damaged, cut or missing cache file or description
+
+
+def _prepared(builder: Any, new_builder: Callable[[], Any], location: ZooLocation, root: Path,
+              filled: tuple[str, ...], verify: str) -> dict[str, Any]:
+    """Every filled split, prepared in the `datasets` cache and checked (`hub.cached`). A cache that cannot be read
+    (an Arrow file cut, emptied, deleted or replaced; a description that lies) is derived data: it is evicted and
+    prepared again from the zoo once; if that fails too, the error names the cache folder. A full disk is said as
+    such."""
+    for attempt in range(2):
+        before = cache_files(builder.cache_dir)
+        try:
+            _prepare(builder, location, root)
+            created = set(cache_files(builder.cache_dir)) - set(before)
+            prepared = builder.info.splits
+            out = {name: builder.as_dataset(split=name) for name in filled if prepared[name].num_examples > 0}
+            for name, data in out.items():
+                check_cache(data, builder, name, verify, created)
+            return out
+        except ZooFormatError as exc:
+            if not isinstance(exc, CacheDamagedError) or attempt:
+                raise
+            reason = exc.problem.split(";")[0]
+        except CACHE_READ_ERRORS as exc:
+            if _no_space(exc) is not None:
+                raise
+            if attempt:
+                raise ZooDamagedError(builder.cache_dir, f"the datasets cache cannot be read even after it was "
+                                                         f"prepared again ({type(exc).__name__}: "
+                                                         f"{' '.join(str(exc).split())[:200]}); delete the folder "
+                                                         f"and check the disk") from None
+            reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+        warnings.warn(f"{builder.cache_dir}: the datasets cache could not be used ({reason}); it is derived data, "
+                      f"so it was deleted and prepared again from the zoo", stacklevel=3)
+        shutil.rmtree(builder.cache_dir, ignore_errors=True)
+        builder = new_builder()
+    raise AssertionError("unreachable")
+
+
+def _no_space(exc: BaseException) -> OSError | None:
+    """The ENOSPC error somewhere in an exception's chain, if there is one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _split_names(split: str | None, streaming: bool) -> tuple[str, ...] | None:
