@@ -4,8 +4,8 @@ bytes against the manifest, then its values and where its rows point.
 The manifest's size and sha256 catch any edit of the file; the value checks catch a zoo whose manifest was
 rewritten to match a bad file, or one written by other tools: the schema's types and non-null columns, unique
 checkpoint ids, the right split in every row and for every run (by the zoo's own split rule), accuracies in [0, 1]
-and finite losses for every checkpoint not marked diverged, a row digest for every checkpoint, and the row count
-the manifest gives. The references: every row names one of the split's shards and a row inside it, no (shard,
+and finite losses for every checkpoint not marked diverged, a row digest for every checkpoint, one best checkpoint
+per run (`format.invariants`), and the row count the manifest gives. The references: every row names one of the split's shards and a row inside it, no (shard,
 row) is named twice, and rows come in storage order (the manifest's shard order, then row), so every read path
 yields a selection in the same order.
 """
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ZooDamagedError, ZooFormatError
 from .checksums import check_bytes
+from .invariants import one_best_per_run
 from .metadata import METRICS, conform_metadata
 from .splits import FAMILY_KEYS, SplitRule
 
@@ -131,6 +132,7 @@ def check_metadata_values(table: pa.Table, split: str, split_rule: dict[str, Any
         raise ZooDamagedError(where, f"checkpoint {ids[i].as_py()!r}: params_digest is {digests[i].as_py()!r}, not "
                                     f"the 32 hex digits of its weights' BLAKE2b-128 (every checkpoint needs one)")
     check_duplicates(table, where)
+    one_best_per_run(table.column("run_id").to_pylist(), table.column("is_best").to_pylist(), where)
     kept = ~table.column("diverged").to_numpy(zero_copy_only=False)
     for column in (c for c in ACCURACIES + LOSSES if c not in withheld):
         data = table.column(column)

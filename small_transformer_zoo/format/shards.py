@@ -21,6 +21,7 @@ import torch
 from safetensors.numpy import save as safetensors_save
 
 from .architecture import ParameterInfo
+from .invariants import finite_unless_diverged
 from ..errors import ZooDamagedError, ZooNotFoundError
 
 TENSOR_NAME = "params"
@@ -77,13 +78,16 @@ def row_digest(row: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(row, dtype="<f4").data, digest_size=16).hexdigest()
 
 
-def check_row_digests(block: np.ndarray, digests: Sequence[str], checkpoint_ids: Sequence[str], path: str) -> None:
-    """Each packed row of `block` [rows, n_params] against the `params_digest` its metadata row holds."""
+def check_row_digests(block: np.ndarray, digests: Sequence[str], checkpoint_ids: Sequence[str], path: str,
+                      diverged: Sequence[bool]) -> None:
+    """Each packed row of `block` [rows, n_params] against the `params_digest` its metadata row holds, and finite
+    unless its checkpoint is marked `diverged` (`format.invariants`)."""
     for values, digest, checkpoint in zip(block, digests, checkpoint_ids):
         if row_digest(values) != digest:
             raise ZooDamagedError(path, f"the weights of checkpoint {checkpoint!r} do not match their digest in the "
                                        f"metadata: the shard was altered or damaged, or the metadata points to "
                                        f"another checkpoint's row")
+    finite_unless_diverged(block, diverged, checkpoint_ids, path)
 
 
 def canonical_header(data: bytes) -> bytes:

@@ -109,7 +109,7 @@ def check_cached_split(data: datasets.Dataset, builder: Any, split: str, expecte
         block = chunk.column("params").combine_chunks().flatten().to_numpy().reshape(chunk.num_rows, -1)
         digests, ids = chunk.column("params_digest").to_pylist(), chunk.column("checkpoint_id").to_pylist()
         try:
-            check_row_digests(block, digests, ids, where)
+            check_row_digests(block, digests, ids, where, chunk.column("diverged").to_pylist())
         except ZooFormatError as exc:
             raise CacheDamagedError(where, f"{exc.problem.split(':')[0]}; {remedy}") from None
 

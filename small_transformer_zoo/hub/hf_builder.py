@@ -26,6 +26,7 @@ from datasets.builder import Key
 from ..errors import ZooDamagedError, ZooNotFoundError
 from ..format.architecture import ArchitectureSpec
 from ..format.manifest import MANIFEST_NAME, load_manifest_text
+from ..format.invariants import one_id_across_splits
 from ..format.metadata import METADATA_SCHEMA
 from ..format.metadata_checks import load_checked_metadata, withheld_columns
 from ..format.selection import Selection, select_rows
@@ -144,6 +145,19 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
         return table.take(select_rows(table, Selection.from_json(self.config.selection),
                                       withheld_columns(info, metadata), f"{self.zoo_root}/{self.config.name}/{split}"))
 
+    def check_across_splits(self) -> None:
+        """The invariants that span splits (`format.invariants`), where every split's metadata is at hand (a local
+        root or its Hub snapshot in the cache)."""
+        config_dir = Path(self.zoo_root) / self.config.name
+        if self._snapshot is None or not all((config_dir / i["path"]).is_file() for i in self.manifest["metadata"].values()):
+            return
+        ids = {}
+        for split, info in self.manifest["metadata"].items():
+            with self._snapshot.open(info["path"], "metadata file") as handle:
+                table = load_checked_metadata(handle.read(), self.manifest, split, self._where(info["path"]))
+            ids[split] = table.column("checkpoint_id").to_pylist()
+        one_id_across_splits(ids, f"{self.zoo_root}/{self.config.name}/{MANIFEST_NAME}")
+
     def expected_rows(self, split: str) -> pa.Table:
         """The metadata columns of the rows a prepared split must hold, as `datasets` hands them out."""
         return nulls_filled(self.selected_metadata(split))
@@ -177,7 +191,8 @@ class SmallTransformerZoo(datasets.ArrowBasedBuilder):
                 block = read_row_runs(handle, header, row_column[positions])
             if check_rows:
                 check_row_digests(block, batch.column("params_digest").to_pylist(),
-                                  batch.column("checkpoint_id").to_pylist(), self._where(name))
+                                  batch.column("checkpoint_id").to_pylist(), self._where(name),
+                                  batch.column("diverged").to_pylist())
             yield Key(piece_index, 0), nulls_filled(batch).append_column(
                 "params", pa.FixedSizeListArray.from_arrays(pa.array(block.reshape(-1)), header.n_params))
 

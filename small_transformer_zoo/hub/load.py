@@ -99,6 +99,8 @@ def load_dataset(
     new_builder = functools.partial(builder_for, root, location.config, splits=splits, verify=verify,
                                     cache_dir=cache_dir, token=token, selection=selection)
     builder = new_builder()
+    if verify != "never":
+        builder.check_across_splits()
     manifest, wanted = builder.manifest, builder.wanted_splits
     filled = tuple(s for s in wanted if manifest["counts"][s] > 0)
     out: dict[str, Any] = {}

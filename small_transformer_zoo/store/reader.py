@@ -22,6 +22,7 @@ from ..format.metadata_checks import load_checked_metadata, withheld_columns
 from ..format.selection import Selection, select_rows
 from ..format.splits import SplitRule
 from .configs import choose_config, list_configs
+from ..format.invariants import one_id_across_splits
 from ..format.shards import check_row_digests, memmap_shard, read_checked_header
 from .seeding import recipe, seed_policy
 from .snapshot import open_snapshot
@@ -39,11 +40,12 @@ class ShardWatch:
     every row copied out after any shard changed is checked against its digest before it is handed out."""
 
     def __init__(self, handles: list[Any], digests: list[str], ids: list[str], where: str,
-                 versions: list[tuple[int, ...]] | None = None) -> None:
+                 versions: list[tuple[int, ...]] | None = None, diverged: list[bool] | None = None) -> None:
         """`versions`: the files' versions when their rows were verified (default: as the handles are now)."""
         self._fds = [os.dup(h.fileno()) for h in handles]
         self._versions = versions or [file_version(os.fstat(fd)) for fd in self._fds]
         self._digests, self._ids, self._where = digests, ids, where
+        self._diverged = diverged if diverged is not None else [False] * len(ids)
         weakref.finalize(self, _close_all, list(self._fds))
 
     def __reduce__(self) -> Any:
@@ -56,7 +58,8 @@ class ShardWatch:
         """`block` holds the metadata rows `indices`: check them if any shard changed since it was verified."""
         if len(indices) and self.changed():
             check_row_digests(block.numpy(), [self._digests[i] for i in indices], [self._ids[i] for i in indices],
-                              f"{self._where} (a shard changed after it was verified)")
+                              f"{self._where} (a shard changed after it was verified)",
+                              [self._diverged[i] for i in indices])
 
 
 @dataclass(frozen=True)
@@ -329,15 +332,18 @@ class Zoo:
                                where, sources=tuple(sources))
         if verify != "never":
             digests, ids = table.column("params_digest").to_pylist(), table.column("checkpoint_id").to_pylist()
+            diverged = table.column("diverged").to_pylist()
             content = [self.manifest["metadata"][split]["sha256"]] + [self._shard_info[p]["sha256"]
                                                                        for p in self.shard_paths(split)]
+            self.check_across_splits()
             if verify == "always" or not rows_checked(content):
                 for start in range(0, len(table), ROW_CHECK_CHUNK):
                     stop = min(start + ROW_CHECK_CHUNK, len(table))
                     block = weights._copy_rows(weights.global_rows[start:stop])
-                    check_row_digests(block.numpy(), digests[start:stop], ids[start:stop], where)
+                    check_row_digests(block.numpy(), digests[start:stop], ids[start:stop], where,
+                                      diverged[start:stop])
                 stamp_rows_checked(content)
-            weights.watch = ShardWatch(handles, digests, ids, where)
+            weights.watch = ShardWatch(handles, digests, ids, where, diverged=diverged)
         return weights
 
     def select(self, split: str, *, min_accuracy: float | None = None, max_accuracy: float | None = None,
@@ -370,6 +376,11 @@ class Zoo:
             out[extra_name(info)] = safetensors_load(data)
         return out
 
+    def check_across_splits(self) -> None:
+        """The invariants that span splits (`format.invariants`): one checkpoint id in the whole zoo."""
+        one_id_across_splits({s: self.metadata(s).column("checkpoint_id").to_pylist() for s in self.splits},
+                             str(self.dir / MANIFEST_NAME))
+
     def verify(self, progress: Callable[[str], None] | None = None) -> list[str]:
         """Every check of every read path at once, hashing everything again: each split's metadata, each shard's
         size, header and sha256, each row against its digest, the extras, and runs in one split only; returns the
@@ -390,6 +401,11 @@ class Zoo:
             self.extras("always")
         except ZooFormatError as exc:
             problems.append(str(exc))
+        if len(runs_by_split) == len(self.splits):
+            try:
+                self.check_across_splits()
+            except ZooFormatError as exc:
+                problems.append(str(exc))
         seen: dict[str, str] = {}
         for split, runs in runs_by_split.items():
             for run in sorted(runs & set(seen))[:3]:

@@ -24,6 +24,7 @@ from ..format.architecture import ArchitectureSpec
 from ..format.checksums import sha256_bytes
 from .files import atomic_write_bytes, atomic_write_json, check_real_folders, exclusive_lock
 from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, check_new_config_name
+from ..format.invariants import finite_unless_diverged, new_checkpoint_id, one_best_per_run
 from ..format.metadata import build_table, normalise_row
 from .local_index import register_local_zoo
 from .card import write_root_card
@@ -84,6 +85,7 @@ class ZooWriter:
         self._shards: list[dict[str, Any]] = []
         self._extras: dict[str, dict[str, np.ndarray]] = {}
         self._ids: set[str] = set()
+        self._best_runs: set[str] = set()
         self._closed = False
 
     def __enter__(self) -> "ZooWriter":
@@ -106,8 +108,7 @@ class ZooWriter:
             raise RuntimeError("ZooWriter is closed")
         where = f"checkpoint {metadata.get('checkpoint_id') or metadata.get('run_id')!r}"
         row = normalise_row(metadata, where)
-        if row["checkpoint_id"] in self._ids:
-            raise ValueError(f"{where}: checkpoint_id {row['checkpoint_id']!r} was already added")
+        new_checkpoint_id(self._ids, row["checkpoint_id"], where, ValueError)
         if isinstance(weights, Mapping):
             packed = pack_state_dict(weights, self.spec, where)
         else:
@@ -116,8 +117,11 @@ class ZooWriter:
             if packed.shape[0] != self.spec.n_params:
                 raise ValueError(f"{where}: packed row has {packed.shape[0]} values, the architecture has "
                                  f"{self.spec.n_params}")
-        if not row["diverged"] and not np.isfinite(packed).all():
-            raise ValueError(f"{where}: weights contain NaN or inf; mark the checkpoint diverged=True to keep it")
+        finite_unless_diverged(packed[None], [row["diverged"]], [row["checkpoint_id"]], where, ValueError)
+        if row["is_best"]:
+            best = [row["run_id"]] * (2 if row["run_id"] in self._best_runs else 1)
+            one_best_per_run(best, [True] * len(best), where, ValueError)
+            self._best_runs.add(row["run_id"])
         split = self.split_rule.assign(row)
         row["split"], row["params_digest"] = split, row_digest(packed)
         self._ids.add(row["checkpoint_id"])

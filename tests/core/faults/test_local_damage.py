@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from small_transformer_zoo import Zoo, ZooFormatError, load_dataset
+from small_transformer_zoo import Zoo, ZooFormatError, ZooWriter, load_dataset
 from small_transformer_zoo.format.splits import assign_split
 from tests.helpers import metadata_file, rewrite_metadata, shard_file
 from tests.core.faults.read_paths import READ_PATHS, read_fast_path, read_labelled, read_with_load_dataset
@@ -381,8 +382,9 @@ def test_verify_always_checks_the_datasets_cache(zoo_copy: Path, stz_home: Path,
     data = bytearray(arrow.read_bytes())
     data[len(data) // 2] ^= 0x10
     arrow.write_bytes(bytes(data))
-    with pytest.raises(ZooFormatError, match="the datasets cache of .*(differs|do not match)"):
-        load_dataset(str(zoo_copy), "syn", split="train", cache_dir=str(cache), verify="always")
+    with pytest.warns(UserWarning, match="the datasets cache could not be used .*(differs|do not match)"):
+        served = load_dataset(str(zoo_copy), "syn", split="train", cache_dir=str(cache), verify="always")
+    assert served["params_digest"] == Zoo.open(zoo_copy, "syn").metadata("train").column("params_digest").to_pylist()
 
 
 @pytest.mark.parametrize("where, message", [
@@ -417,3 +419,54 @@ def test_bad_metadata_values_name_the_file_and_field(zoo_copy: Path, column: str
         Zoo.open(zoo_copy, "syn").metadata("train")
     assert main(["verify", str(zoo_copy)]) == 1
     assert "train-" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("broken", ["nan weights", "id in two splits", "two best"])
+def test_what_the_writer_refuses_no_read_path_serves(broken: str, tmp_path: Path, stz_home: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zoo written and signed by a tool without the writer's checks (here the writer with them switched off):
+    `stz verify` fails, "always" fails on every read path, and "once" on those that cost no pass over the weights
+    (the metadata's: two best checkpoints of a run, one id in two splits)."""
+    from small_transformer_zoo.format.invariants import INVARIANTS
+    from small_transformer_zoo.store import writer as writer_module
+    from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
+
+    assert len(INVARIANTS) == 3
+    for check in ("finite_unless_diverged", "new_checkpoint_id", "one_best_per_run"):
+        monkeypatch.setattr(writer_module, check, lambda *args, **kwargs: None)
+    write_synthetic_zoo(tmp_path, "bad", runs=12, register=False)
+    config_dir = tmp_path / "bad"
+    zoo = Zoo.open(tmp_path, "bad")
+    split = "train"
+    table = zoo.metadata(split)
+    if broken == "two best":
+        row = next(i for i, r in enumerate(table.to_pylist()) if not r["is_best"])
+        rewrite_metadata(config_dir, split, table.set_column(
+            table.schema.get_field_index("is_best"), "is_best",
+            pa.array([b or i == row for i, b in enumerate(table.column("is_best").to_pylist())])))
+        expected = "marked is_best; a run has one best checkpoint"
+    elif broken == "id in two splits":
+        other = zoo.metadata("test").column("checkpoint_id")[0].as_py()
+        ids = table.column("checkpoint_id").to_pylist()
+        ids[0] = other
+        rewrite_metadata(config_dir, split, table.set_column(table.schema.get_field_index("checkpoint_id"),
+                                                             "checkpoint_id", pa.array(ids)))
+        expected = f"checkpoint_id {other!r} occurs in splits"
+    else:
+        with ZooWriter(tmp_path, "bad", zoo.spec, overwrite=True, register=False) as writer:
+            params = np.zeros(zoo.spec.n_params, np.float32)
+            params[5] = np.nan
+            for run in range(12):
+                writer.add(params if run == 3 else np.zeros_like(params),
+                           {"run_id": f"r{run}", "epoch": 1, "test_accuracy": 0.5, "diverged": False})
+        split = next(s for s in zoo.splits if any(r["run_id"] == "r3" for r in Zoo.open(tmp_path, "bad")
+                                                    .metadata(s).to_pylist()))
+        expected = "contain NaN or inf, and it is not marked diverged"
+    problems = Zoo.open(tmp_path, "bad").verify()
+    assert any(expected in p for p in problems), problems
+    for verify in ("always", *(("once",) if broken != "nan weights" else ())):
+        with pytest.raises(ZooFormatError, match=re.escape(expected)):
+            Zoo.open(tmp_path, "bad", verify=verify).split_weights(split)
+        with pytest.raises(ZooFormatError, match=re.escape(expected)):
+            load_dataset(str(tmp_path), "bad", split=split, cache_dir=str(tmp_path / f"cache-{verify}"),
+                         verify=verify)

@@ -127,6 +127,12 @@ def test_one_selection_rule_on_every_read_path(drawn: dict, data: st.DataObject,
 
     selection = _concrete(drawn, data)
     zoo = Zoo.open(synthetic_root, "syn")
+    if selection.get("min_accuracy", 0) > selection.get("max_accuracy", 1):
+        for read in (lambda: zoo.weight_space("train", **selection),
+                     lambda: load_dataset(str(synthetic_root), "syn", split="train", **selection)):
+            with pytest.raises(ValueError, match="the range is reversed"):
+                read()
+        return
     weights, meta = zoo.weight_space("train", **selection)
     ids = meta.column("checkpoint_id").to_pylist()
     params = weights.to_params()
@@ -150,12 +156,17 @@ def test_one_selection_rule_on_every_read_path(drawn: dict, data: st.DataObject,
     assert torch.equal(split.params, params)
 
 
+def _ordered(bounds: tuple) -> tuple:
+    """A range with its ends in order (a reversed one is refused: `test_a_reversed_range_names_itself`)."""
+    return tuple(sorted(bounds)) if None not in bounds else bounds
+
+
 stored_values = {"optimizer": st.sampled_from(COLUMN_VALUES["optimizer"]), "epoch": st.integers(1, 100),
                  "dropout": st.floats(0, 1), "is_best": st.booleans()}
 stored_wheres = st.dictionaries(st.sampled_from(sorted(stored_values)), st.just(None), max_size=4).flatmap(
     lambda columns: st.fixed_dictionaries({c: st.one_of(
         stored_values[c], st.lists(stored_values[c], min_size=1, max_size=3), st.just(None),
-        st.tuples(st.one_of(st.none(), stored_values[c]), st.one_of(st.none(), stored_values[c])))
+        st.tuples(st.one_of(st.none(), stored_values[c]), st.one_of(st.none(), stored_values[c])).map(_ordered))
         for c in columns}))
 
 
@@ -205,3 +216,15 @@ def test_stz_bench_where_with_an_unknown_optimizer_is_one_line(synthetic_root: P
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "'adamw'" in err and "sgd_momentum" in err
+
+
+@settings(max_examples=30, deadline=None)
+@given(low=st.floats(0, 1), high=st.floats(0, 1))
+def test_a_reversed_range_names_itself(low: float, high: float) -> None:
+    from small_transformer_zoo.format.selection import normalise_where
+
+    if low > high:
+        with pytest.raises(ValueError, match=r"where\['dropout'\]: the range .* is reversed"):
+            normalise_where({"dropout": (low, high)})
+    else:
+        assert normalise_where({"dropout": (low, high)}) == [("dropout", "range", [low, high])]
