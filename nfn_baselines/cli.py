@@ -32,7 +32,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     from .bench.progress import BenchProgress
     from .bench.runs import BenchRequest, bench_store, run_bench
-    from .leaderboard.scoring import add_result, score_submission
+    from .leaderboard.scoring import add_result, load_leaderboard, results_path, score_submission
 
     models = [("transformer_nfn_paper" if m == "transformer_nfn" and args.recipe == "paper" else m)
               for m in args.models]
@@ -44,6 +44,9 @@ def _bench(args: argparse.Namespace) -> int:
         bootstrap_seed=args.bootstrap_seed, split_by=args.split_by, randomize=args.randomize,
         floors=not args.no_floors, settings={k: v for k, v in (("head_dropout", args.head_dropout), ("weight_decay", args.weight_decay),
                                     ("patience", args.patience)) if v is not None})
+    if args.leaderboard:
+        results_path(args.leaderboard)  # a folder or a damaged file is said now, not after the training
+        load_leaderboard(args.leaderboard)
     zoo = _bench_zoo(args)
     print(f"zoo: {zoo.dir}", file=sys.stderr)
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else

@@ -84,8 +84,20 @@ def hub_errors(what: str, where: str | None = None, then: str = "",
         raise
     except (HTTPError, OSError, EntryNotFoundError) as exc:
         missing = isinstance(exc, (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError))
-        kind = ZooNotFoundError if missing else ZooHubError
+        kind = ZooNotFoundError if missing and not _server_failed(exc) else ZooHubError
         raise kind(where, f"{what} failed ({type(exc).__name__}: {' '.join(str(exc).split())}){then}") from None
+
+
+def _server_failed(exc: BaseException) -> bool:
+    """Whether a "not found" from huggingface_hub only means that the Hub failed (an error status of 500 or more
+    on the way, with nothing in the cache to fall back on), not that it answered that the file is not there."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if getattr(response, "status_code", 0) >= 500:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 _REMEDIES = {

@@ -2,7 +2,8 @@
 stopped after hours (a closed laptop, a job's time limit) trains only what it had not finished when started again.
 
 The fits of one run live in `OUT/.resume/<stem>-<fingerprint>/`, one file per (run split, model, condition),
-written atomically. The fingerprint covers everything the fits depend on: the zoo's manifest (and so every
+written atomically; processes that save into one run take turns with the one that finishes it (a lock), so no fit
+is lost. The fingerprint covers everything the fits depend on: the zoo's manifest (and so every
 shard's digest), the request (but not what only changes the scoring: resamples, bootstrap seed, tree threads)
 and the versions of this package and torch. A different command, a rebuilt zoo or another torch gets a folder of
 its own and trains from scratch; the folder of a run is removed once its results are written.
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from small_transformer_zoo import Zoo
-from small_transformer_zoo.store.files import atomic_write_bytes
+from small_transformer_zoo.store.files import atomic_write_bytes, shared_file_update
 
 
 @dataclass
@@ -129,26 +130,36 @@ class FitStore:
                     arrays[f"{group}.{i}.{split}"] = np.asarray(values)
         buffer = io.BytesIO()
         np.savez(buffer, meta=np.asarray(json.dumps(meta)), **arrays)
-        atomic_write_bytes(self.folder / self._path(salt, model, condition).name, buffer.getvalue())
+        name = self._path(salt, model, condition).name
+        with self._lock("saving fits"):
+            finished = self.kept is not None and self.kept.is_dir() and not self.folder.is_dir()
+            atomic_write_bytes((self.kept if finished else self.folder) / name, buffer.getvalue())
 
     def finish(self) -> None:
         """The run's results are written: keep its fits for a rerun of the same command (`.fits/`), and leave no
         resume folder behind."""
-        if self.kept is None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-        elif self.folder.is_dir():
-            self.kept.mkdir(parents=True, exist_ok=True)
-            for record in self.folder.glob("*.npz"):
-                os.replace(record, self.kept / record.name)
-            shutil.rmtree(self.folder, ignore_errors=True)
+        with self._lock("keeping the fits of a finished run"):
+            if self.kept is None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            elif self.folder.is_dir():
+                self.kept.mkdir(parents=True, exist_ok=True)
+                for record in self.folder.glob("*.npz"):
+                    os.replace(record, self.kept / record.name)
+                shutil.rmtree(self.folder, ignore_errors=True)
         _remove_if_empty(self.folder.parent)
 
     def clear(self) -> None:
         """Remove every fit of the run, resumable or kept (`--fresh`)."""
-        shutil.rmtree(self.folder, ignore_errors=True)
-        if self.kept is not None:
-            shutil.rmtree(self.kept, ignore_errors=True)
+        with self._lock("removing the fits of a run"):
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.kept is not None:
+                shutil.rmtree(self.kept, ignore_errors=True)
         _remove_if_empty(self.folder.parent)
+
+    def _lock(self, purpose: str) -> Any:
+        """The run's lock (`<out>/.fits/.<run>.lock`): saves, `finish` and `clear` take turns, so a fit saved while
+        another process finishes the run lands among the kept fits, never in a folder being removed."""
+        return shared_file_update(self.kept if self.kept is not None else self.folder, purpose)
 
 
 def _remove_if_empty(folder: Path) -> None:

@@ -27,7 +27,7 @@ from small_transformer_zoo.format.manifest import package_version
 from small_transformer_zoo.format.selection import normalise_where, where_of
 
 from .scoring import (SubmissionError, check_submission, parse_leaderboard, results_bytes, score_submission,
-                          score_values, selection_text, with_result)
+                      score_values, selection_text, with_result)
 from ..models.metrics import DEFAULT_THRESHOLDS, defined
 from ..bench.protocols import PROTOCOLS, protocol_where
 from ..models.targets import get_target
@@ -160,8 +160,10 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     the results file inside the pull request and merge it. A pull request that changes anything but one
     submission and its claim, whose file does not match its claim, or that is for a split the leaderboard does not
     withhold (`splits`: its labels are public, so anyone could score 1.0) is refused. Everything is read at one
-    commit of the pull request, the one scored, and the results are committed on top of exactly that commit: a
-    file swapped after scoring is never merged under the old score. Nothing is written until every check passed."""
+    commit of the pull request, the one scored, and the review is recorded on top of exactly that commit (a
+    `.review.json` beside the claim): a file swapped after scoring is never merged under the old score. The entry
+    then joins the results file on main by a conditional commit (`add_hub_result`), so concurrent reviews lose no
+    entry, and the pull request is merged. Nothing is written until every check passed."""
     from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 
     api = HfApi(token=token)
@@ -190,15 +192,44 @@ def review(repo_id: str, pr_num: int, zoo: Zoo | str | os.PathLike[str], *, merg
     metrics = defined(score_submission(local, zoo, claim["config"], claim["split"], thresholds, claim_target(claim),
                                        protocol=protocol, epoch=epoch, where=chosen))
     if merge:
-        entries = with_result(hub_results(repo_id, "main", token), claim["name"], claim["config"], claim["split"],
-                              metrics, f"pull request #{pr_num}: {claim['file']}")
         comment = f"Scored against the held-out labels: {main_metric_text(metrics)}"
-        _hub_call(f"adding the scores to {where} (it changed after it was scored: review it again)",
-                  api.create_commit, repo_id, [CommitOperationAdd(RESULTS, results_bytes(entries))],
+        review_file = claims[0].removesuffix(".json") + ".review.json"
+        record = json.dumps({"pull_request": pr_num, "scored_commit": scored, "metrics": metrics}, indent=2)
+        _hub_call(f"recording the review in {where} (it changed after it was scored: review it again)",
+                  api.create_commit, repo_id, [CommitOperationAdd(review_file, record.encode())],
                   repo_type="dataset", revision=f"refs/pr/{pr_num}", parent_commit=scored,
-                  commit_message=f"Score {claim['name']} against the held-out labels")
+                  commit_message=f"Scored {claim['name']} against the held-out labels")
+        add_hub_result(api, repo_id, claim["name"], claim["config"], claim["split"], metrics,
+                       f"pull request #{pr_num}: {claim['file']}", token)
         _hub_call(f"merging {where}", api.merge_pull_request, repo_id, pr_num, repo_type="dataset", comment=comment)
     return Review(pr_num, claim, metrics, merge)
+
+
+RESULTS_ATTEMPTS = 8
+
+
+def add_hub_result(api: Any, repo_id: str, name: str, config: str, split: str, metrics: dict[str, Any], source: str,
+                   token: Any = None) -> None:
+    """Add one entry to the leaderboard repo's results file on main: read at main's head, changed, and committed
+    with that head as the parent commit, which the Hub refuses if main moved meanwhile (a review merged from
+    elsewhere); then read again and tried again. No concurrent writer's entry is lost."""
+    from huggingface_hub import CommitOperationAdd
+    from huggingface_hub.errors import HfHubHTTPError
+
+    for _ in range(RESULTS_ATTEMPTS):
+        head = _hub_call(f"reading dataset {repo_id}", api.dataset_info, repo_id, revision="main").sha
+        entries = with_result(hub_results(repo_id, head, token), name, config, split, metrics, source)
+        try:
+            with hub_errors(f"adding {name!r} to {repo_id}/{RESULTS}", passthrough=HfHubHTTPError):
+                api.create_commit(repo_id, [CommitOperationAdd(RESULTS, results_bytes(entries))],
+                                  repo_type="dataset", revision="main", parent_commit=head,
+                                  commit_message=f"Score {name} against the held-out labels")
+            return
+        except HfHubHTTPError as exc:
+            if exc.response is None or exc.response.status_code not in (409, 412):
+                raise
+    raise DataError(f"dataset {repo_id}: {RESULTS} kept changing while {name!r} was added ({RESULTS_ATTEMPTS} "
+                    f"tries); review again")
 
 
 def _changed_files(diff: str | None, where: str) -> list[str]:

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from small_transformer_zoo.errors import DataError, naming_file
 from small_transformer_zoo.format.selection import normalise_where
-from small_transformer_zoo.store.files import atomic_write_bytes, shared_file_update
+from small_transformer_zoo.store.files import atomic_write_bytes, read_small_file, shared_file_update
 
 from ..models.metrics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_THRESHOLDS, MIN_RUNS, RunResamples,
                               defined, paired_difference, percentile_interval, runs_behind, scores, too_few_runs)
@@ -351,10 +351,22 @@ def add_result(leaderboard: str | os.PathLike[str], name: str, config: str, spli
                metrics: dict[str, Any], source: str) -> None:
     """Append (or replace, by name, config, split and target) one entry of the results file. The file is read and
     written back under its lock, so concurrent writers of one results file each keep their entry."""
-    path = Path(leaderboard)
+    path = results_path(leaderboard)
     with shared_file_update(path, f"adding {name!r} to the results"):
         atomic_write_bytes(path, results_bytes(with_result(load_leaderboard(path), name, config, split, metrics,
                                                            source)))
+
+
+def results_path(leaderboard: str | os.PathLike[str]) -> Path:
+    """Where a results file is written: through a symbolic link to the file it names (the link stays a link), and
+    never over a folder."""
+    path = Path(leaderboard)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.is_dir():
+        raise SubmissionError(f"{path}: a folder; a leaderboard's results are one JSON file, e.g. "
+                              f"{path / 'results.json'}")
+    return path
 
 
 def entry_target(entry: dict[str, Any]) -> str:
@@ -371,7 +383,7 @@ def entry_selection(entry: dict[str, Any]) -> str:
         return json.dumps(conditions)
 
 
-def _table_key(entry: dict[str, Any]) -> tuple[str, str, str, str]:
+def table_key(entry: dict[str, Any]) -> tuple[str, str, str, str]:
     """Entries rank against each other only when scored on the same checkpoints for the same target."""
     return str(entry["config"]), str(entry["split"]), entry_target(entry), entry_selection(entry)
 
@@ -382,8 +394,8 @@ def with_result(entries: list[dict[str, Any]], name: str, config: str, split: st
     entry = {"name": name, "config": config, "split": split, "target": metrics.get("target") or "test_accuracy",
              "metrics": defined(metrics), "source": source,
              "scored_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    key = (name, _table_key(entry))
-    return [e for e in entries if (e["name"], _table_key(e)) != key] + [entry]
+    key = (name, table_key(entry))
+    return [e for e in entries if (e["name"], table_key(e)) != key] + [entry]
 
 
 def results_bytes(entries: list[dict[str, Any]]) -> bytes:
@@ -393,23 +405,67 @@ def results_bytes(entries: list[dict[str, Any]]) -> bytes:
 
 
 def load_leaderboard(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The entries of a local results file (none where there is no file yet)."""
     path = Path(path)
-    if not path.exists():
-        return []
-    return parse_leaderboard(path.read_bytes(), str(path))
+    try:
+        raw = read_small_file(path, "a leaderboard's results file", MAX_RESULTS_BYTES)
+    except DataError as exc:
+        raise SubmissionError(str(exc)) from None
+    return [] if raw is None else parse_leaderboard(raw, str(path))
+
+
+MAX_RESULTS_BYTES = 256 << 20
+NUMBERS = ("tau", "r2", "l1", "accuracy", "macro_f1")
 
 
 def parse_leaderboard(raw: bytes, where: str) -> list[dict[str, Any]]:
-    """The entries of a results file; anything else is a SubmissionError naming `where`."""
+    """The entries of a results file, each checked for what rendering and ranking read; anything else (not strict
+    JSON, NaN tokens, an entry of the wrong shape) is a SubmissionError naming `where` and the entry."""
+    def refuse_constant(token: str) -> None:
+        raise ValueError(f"{token} is not strict JSON")
+
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=refuse_constant)
         entries = list(data["entries"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise SubmissionError(f"{where}: not a leaderboard results file ({exc})") from None
-    keys = ("name", "config", "split", "metrics")
-    if not all(isinstance(e, dict) and all(k in e for k in keys) and isinstance(e["metrics"], dict) for e in entries):
-        raise SubmissionError(f"{where}: not a leaderboard results file (an entry lacks one of {list(keys)})")
+    for index, entry in enumerate(entries):
+        problem = _entry_problem(entry)
+        if problem:
+            raise SubmissionError(f"{where}: entry {index}: {problem}; not a leaderboard results file")
     return entries
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What is wrong with one results entry, or None."""
+    if not isinstance(entry, dict):
+        return f"a JSON {type(entry).__name__}, not an object"
+    for key in ("name", "config", "split"):
+        if not isinstance(entry.get(key), str):
+            return f"{key!r} is {entry.get(key)!r}, not text"
+    metrics = entry.get("metrics")
+    if not isinstance(metrics, dict):
+        return f"'metrics' is {type(metrics).__name__}, not an object"
+    for key, value in metrics.items():
+        if (key in NUMBERS or key.startswith("tau@")) and value is not None and \
+                (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            return f"metric {key!r} is {value!r}, not a number"
+    for key, kind in (("intervals", dict), ("column_runs", dict), ("main_resamples", list), ("bootstrap", dict)):
+        if key in metrics and metrics[key] is not None and not isinstance(metrics[key], kind):
+            return f"{key!r} is a {type(metrics[key]).__name__}, not a {kind.__name__}"
+    for column, bounds in (metrics.get("intervals") or {}).items():
+        if not isinstance(bounds, list) or len(bounds) != 2 or \
+                not all(b is None or (isinstance(b, (int, float)) and not isinstance(b, bool)) for b in bounds):
+            return f"the interval of {column!r} is {bounds!r}, not [low, high]"
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+               for v in metrics.get("main_resamples") or []):
+        return "'main_resamples' holds something other than numbers"
+    for column, runs in (metrics.get("column_runs") or {}).items():
+        if not isinstance(runs, int) or isinstance(runs, bool):
+            return f"the runs of {column!r} are {runs!r}, not a whole number"
+    if "runs" in metrics and not (isinstance(metrics["runs"], int) and not isinstance(metrics["runs"], bool)):
+        return f"'runs' is {metrics['runs']!r}, not a whole number"
+    return None
 
 
 def column_runs(metrics: dict[str, Any], column: str) -> int | None:
@@ -450,12 +506,12 @@ def render_leaderboard(entries: list[dict[str, Any]], thresholds: tuple[float, .
     over test runs; entries whose paired interval of the difference with the best holds 0 share its rank ("1=").
     "-" where a metric is not defined (null: fewer than two checkpoints above a threshold)."""
     out = []
-    for key in sorted({_table_key(e) for e in entries}):
+    for key in sorted({table_key(e) for e in entries}):
         target = get_target(key[2]) if key[2] in TARGETS else None
         classify = target is not None and target.kind == "classification"
         main = "accuracy" if classify else "tau"
         columns = ["accuracy", "macro_f1"] if classify else ["tau"] + [f"tau@{t:g}" for t in thresholds] + ["r2", "l1"]
-        rows = sorted((e for e in entries if _table_key(e) == key),
+        rows = sorted((e for e in entries if table_key(e) == key),
                       key=lambda e: (not _rankable(e["metrics"], main), -_finite(e["metrics"].get(main))))
         header = ["rank", "name"] + [c.replace("@", " >= ") for c in columns] + ["runs"]
         title = " / ".join(markdown_text(part) for part in key if part != EVERY_CHECKPOINT)

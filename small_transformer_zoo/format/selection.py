@@ -72,6 +72,9 @@ def _check_value(column: str, value: Any) -> Any:
 def normalise_where(where: Mapping[str, Any] | None) -> list[Condition]:
     """Each column's condition as (column, op, value), checked against the metadata columns and their types."""
     out: list[Condition] = []
+    if where is not None and not isinstance(where, Mapping):
+        raise ValueError(f"where must map columns to conditions, e.g. {{'epoch': 1}} or {{'epoch': (1, 6)}}; got a "
+                         f"{type(where).__name__} ({where!r:.60})")
     for column, value in (where or {}).items():
         if column not in COLUMNS:
             raise ValueError(f"where: unknown column {column!r}; metadata columns are {list(COLUMNS)}")

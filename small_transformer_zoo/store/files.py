@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import naming_file
+from ..errors import ZooArgumentError, ZooDamagedError, naming_file
 
 CREATE_MODE = 0o666  # what open() asks for; the process umask takes its share (0644 under the usual 022)
 
@@ -36,6 +36,16 @@ def stz_home() -> Path:
     """Where the package keeps its own state (registry of local zoos, verification stamps): $STZ_HOME or ~/.cache."""
     env = os.environ.get("STZ_HOME")
     return Path(env) if env else Path.home() / ".cache" / "small_transformer_zoo"
+
+
+def check_stz_home() -> Path:
+    """`stz_home()`, refused at once when something other than a folder is there (before a zoo is written that
+    could then not be registered)."""
+    home = stz_home()
+    if (home.exists() or home.is_symlink()) and not home.is_dir():
+        raise ZooArgumentError(home, "the package's state folder ($STZ_HOME, else ~/.cache/small_transformer_zoo) is "
+                                     "a file; point STZ_HOME at a folder, or remove the file")
+    return home
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -173,6 +183,26 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str, wait
         finally:
             with _HOLDERS_GUARD:
                 del _HOLDERS[key]
+
+
+def read_small_file(path: str | os.PathLike[str], what: str, limit: int = 64 << 20) -> bytes | None:
+    """The bytes of a small file the package keeps (a registry, a results file), or None when there is none. It
+    must be a regular file: opened without blocking and checked before any read, so a FIFO or a device in its place
+    is an error naming it, never a read that waits for good."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ZooDamagedError(path, f"is not a regular file (a FIFO, device or folder where {what} should be); "
+                                        f"remove it")
+        with naming_file(path):
+            data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ZooDamagedError(path, f"is larger than {limit >> 20} MiB: not {what}")
+    return data
 
 
 SHARED_FILE_WAIT = 120.0  # seconds a writer of a small shared file waits for another writer of it

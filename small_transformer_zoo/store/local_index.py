@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
-from .files import atomic_write_json, shared_file_update, stz_home
+from .files import atomic_write_json, check_stz_home, read_small_file, shared_file_update, stz_home
 from ..errors import ZooArgumentError, ZooDamagedError
 from ..format.manifest import MANIFEST_NAME
 
@@ -38,18 +37,11 @@ def registry_path() -> Path:
 def _read() -> dict[str, list[str]]:
     """config -> the roots registered for it, oldest first (a registry written before several roots were kept maps
     a config to one root). A file that is not a registry is a `ZooDamagedError` naming it."""
+    check_stz_home()
     path = registry_path()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
+    raw = read_small_file(path, "the registry of local zoos", REGISTRY_LIMIT)
+    if raw is None:
         return {}
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ZooDamagedError(path, "is not a regular file; remove it (then `stz register ROOT` registers each "
-                                        "zoo again)")
-        raw = handle.read(REGISTRY_LIMIT + 1)
-    if len(raw) > REGISTRY_LIMIT:
-        raise _damaged(path, f"is larger than {REGISTRY_LIMIT >> 20} MiB")
     try:
         data = json.loads(raw)
     except ValueError as exc:

@@ -22,7 +22,7 @@ from safetensors.numpy import save as safetensors_save
 
 from ..format.architecture import ArchitectureSpec
 from ..format.checksums import sha256_bytes
-from .files import atomic_write_bytes, atomic_write_json, check_real_folders, exclusive_lock
+from .files import atomic_write_bytes, atomic_write_json, check_real_folders, check_stz_home, exclusive_lock
 from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, check_new_config_name
 from ..format.invariants import finite_unless_diverged, new_checkpoint_id, one_best_per_run
 from ..format.metadata import build_table, normalise_row
@@ -61,6 +61,8 @@ class ZooWriter:
         register: bool = True,
     ) -> None:
         check_new_config_name(config)
+        if register:
+            check_stz_home()
         if shard_size < 1:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
         self.split_rule = SplitRule(split_by, fractions, split_salt)

@@ -36,11 +36,12 @@ class Revision:
 @dataclass
 class Repo:
     revisions: dict[str, Revision] = field(default_factory=dict)
+    commits: dict[str, Revision] = field(default_factory=dict)  # every commit by sha, as the Hub keeps history
 
     def resolve(self, rev: str) -> Revision | None:
         if rev in self.revisions:
             return self.revisions[rev]
-        return next((r for r in self.revisions.values() if r.sha == rev), None)
+        return self.commits.get(rev)
 
 
 def _files(folder: Path) -> list[str]:
@@ -81,10 +82,12 @@ class HubServer:
         self.discussions: dict[str, list[dict[str, Any]]] = {}  # repo id -> pull requests, number i at index i-1
         self.corrupt_once: set[str] = set()  # "repo/path": the next GET of it has one byte flipped (a bad transfer)
         self.fail_with: dict[str, int] = {}  # "repo/path": every GET of it is answered with this error status
+        self.fail_everything: int | None = None  # every request of any kind is answered with this error status
         self.cut_short: set[str] = set()  # "repo/path": every GET of it sends half the bytes it announced, then stalls
         self.stall_seconds = 30.0
         self._snapshots = 0
         self._lock = threading.Lock()
+        self.commits = threading.RLock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -98,7 +101,8 @@ class HubServer:
         folder = Path(folder)
         listing = "".join(f"{name}:{_sha256(folder / name)}\n" for name in _files(folder))
         sha = hashlib.sha1(f"{repo_id}\n{revision}\n{listing}".encode()).hexdigest()
-        self.repos.setdefault(repo_id, Repo()).revisions[revision] = Revision(sha, folder)
+        repo = self.repos.setdefault(repo_id, Repo())
+        repo.revisions[revision] = repo.commits[sha] = Revision(sha, folder)
         return sha
 
     def __enter__(self) -> "HubServer":
@@ -272,10 +276,19 @@ class HubServer:
                     return
                 self._send(status, body, headers)
 
+            def _failing(self, head: bool = False) -> bool:
+                if server.fail_everything is None:
+                    return False
+                self._error(server.fail_everything, "InternalError", "test fault: every request fails", head)
+                return True
+
             def do_HEAD(self) -> None:
-                self._resolve(head=True)
+                if not self._failing(head=True):
+                    self._resolve(head=True)
 
             def do_GET(self) -> None:
+                if self._failing():
+                    return
                 url = urlsplit(self.path)
                 if url.path.startswith("/datasets/"):
                     return self._resolve(head=False)
@@ -460,11 +473,14 @@ class HubServer:
                 return False
 
             def do_POST(self) -> None:
+                if self._failing():
+                    return
                 url = urlsplit(self.path)
                 server.log("POST", url.path, None)
                 body = self._body()
-                if self._upload_routes(url, body):
-                    return
+                with server.commits:  # each commit or merge whole, as the Hub applies it (parent_commit included)
+                    if self._upload_routes(url, body):
+                        return
                 match = re.match(r"^/api/datasets/([^/]+/[^/]+)/paths-info/([^/]+)$", url.path)
                 if not match:
                     return self._error(404, "EntryNotFound", f"no route for POST {url.path}")

@@ -102,3 +102,39 @@ def test_the_hub_says_not_found_apart_from_failing(hub: HubServer, synthetic_roo
         assert not isinstance(caught.value, ZooNotFoundError)
     finally:
         hub.fail_with.clear()
+
+
+def test_a_hub_that_fails_every_request_is_a_hub_error_not_a_missing_zoo(hub: HubServer, synthetic_root: Path,
+                                                                          tmp_path: Path, stz_home: Path) -> None:
+    repo_id = f"org/down-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    hub.fail_everything = 500
+    try:
+        for read in (lambda: load_dataset(repo_id, "syn", split="train", cache_dir=str(tmp_path / "a")),
+                     lambda: open_zoo(repo_id, "syn"), lambda: open_zoo(repo_id)):
+            with pytest.raises(ZooHubError, match=repo_id) as caught:
+                read()
+            assert not isinstance(caught.value, ZooNotFoundError), caught.value
+    finally:
+        hub.fail_everything = None
+
+
+def test_a_where_that_is_not_a_mapping_is_a_bad_argument(synthetic_root: Path) -> None:
+    with pytest.raises(ValueError, match=r"where must map columns to conditions, e.g. \{'epoch': 1\}.*got a list"):
+        load_dataset(synthetic_root, "syn", split="train", where=[("epoch", 1)])
+    with pytest.raises(ValueError, match="where must map columns to conditions"):
+        Zoo.open(synthetic_root, "syn").select("train", where=[("epoch", 1)])
+
+
+def test_a_state_folder_that_is_a_file_is_refused_before_a_zoo_is_written(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
+
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    monkeypatch.setenv("STZ_HOME", str(home))
+    with pytest.raises(ZooArgumentError, match="home-file: the package's state folder .* is a file"):
+        write_synthetic_zoo(tmp_path / "root", "syn", runs=4)
+    assert not (tmp_path / "root" / "syn").exists(), "nothing written"
+    with pytest.raises(ZooArgumentError, match="is a file"):
+        load_dataset("small-transformer-zoo", "syn")

@@ -134,3 +134,38 @@ def test_a_finished_run_run_again_reuses_every_fit(zoo_root: Path, unstopped: Pa
     assert store.finished and len(store) == FITS
     store.clear()
     assert len(bench_store(zoo, request, unstopped)) == 0
+
+
+SAVER = """
+import sys
+import numpy as np
+from pathlib import Path
+from nfn_baselines.bench.resume import Fit, FitStore
+store = FitStore(Path(sys.argv[1]), Path(sys.argv[2]))
+for i in range(int(sys.argv[4])):
+    fit = Fit({"test": np.arange(5.0)}, {}, 0.5)
+    store.save(None, f"model-{sys.argv[3]}-{i}", "all", fits=[fit], untuned=None, trials=None, seconds=1.0)
+"""
+
+
+@pytest.mark.slow
+def test_savers_and_a_finisher_at_once_lose_no_fit(tmp_path: Path) -> None:
+    """Four processes save into one run while another finishes it, eight times over: every record is kept (among
+    the finished run's fits or the resumable ones) and no saver fails."""
+    import subprocess
+    import sys
+
+    from nfn_baselines.bench.resume import FitStore
+    from tests.helpers import PROJECT
+
+    for trial in range(8):
+        folder, kept = tmp_path / str(trial) / ".resume" / "run", tmp_path / str(trial) / ".fits" / "run"
+        savers = [subprocess.Popen([sys.executable, "-c", SAVER, str(folder), str(kept), str(k), "25"], cwd=PROJECT,
+                                   stderr=subprocess.PIPE, text=True) for k in range(4)]
+        finisher = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                                     "from nfn_baselines.bench.resume import FitStore; time.sleep(0.3); "
+                                     "FitStore(Path(sys.argv[1]), Path(sys.argv[2])).finish()", str(folder), str(kept)],
+                                    cwd=PROJECT, stderr=subprocess.PIPE, text=True)
+        for process in [*savers, finisher]:
+            assert process.wait(timeout=120) == 0, process.stderr.read()
+        assert len(FitStore(folder, kept)) == 100, trial

@@ -143,11 +143,11 @@ def test_submit_review_merge_and_render(hub: HubServer, public_root: Path, synth
     assert {"results.json", "submissions/syn/test/Good-model.csv", "submissions/syn/test/rough-model.json"} <= set(files)
     assert main(["leaderboard", "--hub", repo_id]) == 0
     table = capsys.readouterr().out
-    first = next(line for line in table.splitlines() if line.startswith("| 1 "))
-    second = next(line for line in table.splitlines() if line.startswith("| 2 "))
-    assert "Good model" in first and "rough-model" in second
-    expected = score_submission(good, synthetic_root, "syn")["tau"]
-    assert f"{expected:.3f}" in first
+    rows = [line for line in table.splitlines() if "Good model" in line or "rough-model" in line]
+    assert len(rows) == 2 and "Good model" in rows[0] and "rough-model" in rows[1]
+    runs = score_submission(good, synthetic_root, "syn")["runs"]
+    assert runs < 10 and all(row.startswith("| - |") and f"too few runs ({runs})" in row for row in rows), \
+        "the synthetic zoo's test split is too small to rank on: one rule everywhere"
     assert main(["review", repo_id, "--zoo", str(synthetic_root)]) == 0
     assert "no open pull requests" in capsys.readouterr().out
 
@@ -299,7 +299,8 @@ def test_a_selected_submission_is_submitted_reviewed_and_ranked_on_its_own_check
     capsys.readouterr()
     assert main(["leaderboard", "--hub", repo_id]) == 0
     tables = capsys.readouterr().out
-    assert tables.count("| 1 |") == 2 and r"/ epoch = 5, is\_best = False" in tables
+    assert tables.count("### syn / test") == 2 and r"/ epoch = 5, is\_best = False" in tables, "two tables"
+    assert tables.count("| - | paper model |") == tables.count("| - | every model |") == 1, "too few test runs"
     claim = json.loads(_claim(paper, name="y"))
     for bad, message in (({"where": [["epoch", "gt", 5]]}, "its selection cannot be read"),
                          ({"protocol": "paper", "epoch": None}, "the paper protocol, and only it, names its epoch"),
@@ -309,3 +310,31 @@ def test_a_selected_submission_is_submitted_reviewed_and_ranked_on_its_own_check
                                          "submissions/syn/test/y.json": json.dumps({**claim, **bad}).encode()})
         with pytest.raises(SubmissionError, match=message):
             review(repo_id, number, synthetic_root)
+
+
+@pytest.mark.slow
+def test_concurrent_reviews_keep_every_entry(hub: HubServer, synthetic_root: Path, tmp_path: Path) -> None:
+    """Three reviews merging at once (as from three machines: no lock is shared), four times over: every entry
+    reaches the results file."""
+    import threading
+
+    for trial in range(4):
+        repo_id = _new_leaderboard(hub, f"concurrent-{trial}")
+        numbers = [submit(_predictions(synthetic_root, tmp_path / f"{trial}-{i}.csv", noise=0.05 * (i + 1)), repo_id,
+                          synthetic_root, "syn", "test", f"model-{i}").pr_num for i in range(3)]
+        errors: list[BaseException] = []
+
+        def merge(number: int) -> None:
+            try:
+                review(repo_id, number, synthetic_root, merge=True)
+            except BaseException as exc:  # noqa: BLE001  (reported below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=merge, args=(n,)) for n in numbers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        assert sorted(e["name"] for e in hub_results(repo_id, "main")) == ["model-0", "model-1", "model-2"], trial
+        assert all(hub.discussions[repo_id][n - 1]["status"] == "merged" for n in numbers)
