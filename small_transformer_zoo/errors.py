@@ -30,7 +30,12 @@ class ZooFormatError(DataError):
     """The base of every zoo error: the message names the file (or name) and what is wrong. Raise one of its
     kinds; catch it to catch them all."""
 
-    def __init__(self, path: str | os.PathLike[str] | None, problem: str) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, problem: str | None = None) -> None:
+        """`(path, problem)`; called with one text, that text is the whole message: so torch's DataLoader, which
+        raises a worker's error again as `type(message)`, hands the caller this kind of error, not a
+        RuntimeError."""
+        if problem is None:
+            path, problem = None, str(path)
         self.path = None if path is None else os.fspath(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}" if self.path else problem)

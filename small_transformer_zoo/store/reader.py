@@ -110,6 +110,7 @@ class SplitWeights:
     where: str = ""
     watch: ShardWatch | None = None
     sources: tuple[MappedShard, ...] = ()  # the files `shards` map, for pickling
+    unusable: ZooFormatError | None = None  # why an unpickled copy cannot read (raised at its first read)
 
     def __len__(self) -> int:
         return self.metadata.num_rows
@@ -118,8 +119,8 @@ class SplitWeights:
         """Pickled by path and file version, never by open file or mapped bytes: a worker process (spawn,
         forkserver) maps the shards again, and if any file differs from the version verified here, every row it
         copies out is checked against its digest."""
-        if not self.sources:
-            return dict(self.__dict__)
+        if not self.sources:  # no shard (an empty split): nothing to map again, nothing to watch
+            return {k: v for k, v in self.__dict__.items() if k != "watch"} | {"watch": None}
         state = {k: v for k, v in self.__dict__.items() if k not in ("shards", "watch")}
         if self.watch is not None:
             state["watch_rows"] = (self.watch._digests, self.watch._ids, self.watch._where)
@@ -138,12 +139,17 @@ class SplitWeights:
                 self.shards.append(tensor)
             self.watch = None if watch_rows is None else ShardWatch(handles, *watch_rows,
                                                                     [s.version for s in self.sources])
+        except ZooFormatError as exc:
+            # Raised now, it would kill a DataLoader worker as it starts ("exited unexpectedly"): kept, it is
+            # raised by the first read, through the worker's own error path, as this kind.
+            self.shards, self.watch, self.unusable = [], None, exc
         finally:
             for handle in handles:
                 handle.close()
 
     def rows(self, indices: Iterable[int] | np.ndarray) -> torch.Tensor:
         """Packed weights of the given metadata rows, [len(indices), n_params] (a copy)."""
+        self._check_usable()
         indices = np.asarray(indices, dtype=np.int64)
         out = self._copy_rows(self.global_rows[indices])
         if self.watch is not None:
@@ -164,11 +170,17 @@ class SplitWeights:
             out[torch.from_numpy(np.nonzero(mask)[0])] = self.shards[shard_index][local]
         return out
 
+    def _check_usable(self) -> None:
+        """A copy unpickled where its files could not be opened again raises why, at its first read."""
+        if self.unusable is not None:
+            raise self.unusable
+
     def to_tensor(self) -> torch.Tensor:
         """All packed weights of the split in metadata order, one [rows, n_params] tensor.
 
         A copy out of the memory maps into memory allocated as `_new_matrix` says (benchmarks/bench_loading.py).
         """
+        self._check_usable()
         total = sum(s.shape[0] for s in self.shards)
         if not np.array_equal(self.global_rows, np.arange(total)):
             return self.rows(np.arange(len(self)))
