@@ -151,7 +151,9 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str, wait
     `ZooWriter` writes.
 
     An advisory `flock`: released by the kernel when the holder exits, however it exits, so a killed writer never
-    leaves a stale lock. The file keeps who holds it (pid, host, purpose, start) for the message.
+    leaves a stale lock. The file keeps who holds it (pid, host, purpose, start) for the message. The holder
+    removes the file as it lets go (a killed holder's file is reused, then removed by the next), so no lock file
+    stays behind.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -163,26 +165,42 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, purpose: str, wait
         yield
         return
     deadline = time.monotonic() + wait
-    with _open_lock_file(path) as handle:
-        while True:
-            busy = _try_lock(handle, key, me)
-            if busy is None:
-                break
-            if time.monotonic() >= deadline:
-                waited = f" (waited {wait:g} s)" if wait else ""
-                raise LockedError(f"{folder / name} is being written by {busy}{waited}; wait for it or choose "
-                                  f"another folder")
+    while True:
+        handle = _open_lock_file(path)
+        busy = _try_lock(handle, key, me)
+        while busy is not None and time.monotonic() < deadline:
             time.sleep(0.02)
+            busy = _try_lock(handle, key, me)
+        if busy is not None:
+            handle.close()
+            waited = f" (waited {wait:g} s)" if wait else ""
+            raise LockedError(f"{folder / name} is being written by {busy}{waited}; wait for it or choose "
+                              f"another folder")
+        if _still_there(handle, path):
+            break
+        with _HOLDERS_GUARD:  # its holder removed the file as it let go: take the lock of the file there now
+            del _HOLDERS[key]
+        handle.close()
+    try:
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} ({purpose}, since "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
-        try:
-            yield
-        finally:
-            with _HOLDERS_GUARD:
-                del _HOLDERS[key]
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while held: whoever waits on this file sees it gone and takes the next one
+        with _HOLDERS_GUARD:
+            del _HOLDERS[key]
+        handle.close()
+
+
+def _still_there(handle: Any, path: Path) -> bool:
+    """Whether the locked file is still the one at `path` (a holder removes its lock file as it lets go)."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def read_small_file(path: str | os.PathLike[str], what: str, limit: int = 64 << 20) -> bytes | None:

@@ -21,9 +21,11 @@ import torch
 from safetensors.numpy import save as safetensors_save
 
 from ..format.architecture import ArchitectureSpec
+from ..errors import ZooFormatError
 from ..format.checksums import sha256_bytes
 from .files import atomic_write_bytes, atomic_write_json, check_real_folders, check_stz_home, exclusive_lock
-from ..format.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, check_new_config_name
+from ..format.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, base_provenance, check_new_config_name,
+                               load_manifest)
 from ..format.invariants import finite_unless_diverged, new_checkpoint_id, one_best_per_run
 from ..format.metadata import build_table, normalise_row
 from .local_index import register_local_zoo
@@ -88,16 +90,40 @@ class ZooWriter:
         self._extras: dict[str, dict[str, np.ndarray]] = {}
         self._ids: set[str] = set()
         self._best_runs: set[str] = set()
+        self._written: list[str] = []  # data files this writer wrote, removed if it fails
         self._closed = False
 
     def __enter__(self) -> "ZooWriter":
         return self
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        """Close (unless the block did) when the block ends normally; let the lock go however it ends."""
+        """Close (unless the block did) when the block ends normally; otherwise remove what this writer wrote
+        (`_discard`). The lock goes however it ends."""
         if exc_type is None and not self._closed:
             self.close()
+        elif exc_type is not None:
+            self._discard()
         self._release()
+
+    def _discard(self) -> None:
+        """After a failed write (a full disk, an error in the caller's block): remove every file this writer wrote
+        that no manifest in place names, and the folders it made that are left empty; an earlier zoo stays whole."""
+        if self._closed:
+            return
+        listed = set()
+        if (self.dir / MANIFEST_NAME).is_file():
+            try:
+                manifest = load_manifest(self.dir)
+            except ZooFormatError:
+                return  # which files a damaged manifest names is unknown: remove nothing
+            listed = {info["path"] for info in [*manifest["metadata"].values(), *manifest["shards"],
+                                                *manifest.get("extras", [])]}
+        for relpath in self._written:
+            if relpath not in listed:
+                (self.dir / relpath).unlink(missing_ok=True)
+        for folder in [*(self.dir / f for f in DATA_FOLDERS), self.dir]:
+            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+                folder.rmdir()
 
     def _release(self) -> None:
         if self._lock is not None:
@@ -153,16 +179,20 @@ class ZooWriter:
 
     def _write(self, stem: str, suffix: str, data: bytes) -> str:
         relpath = content_addressed(stem, suffix, data)
+        self._written.append(relpath)
         atomic_write_bytes(self.dir / relpath, data)
         return relpath
 
     def close(self) -> dict[str, Any]:
         """Flush the last shards, write metadata, extras and finally zoo.json; returns the manifest. The writer's
-        lock is let go however this ends."""
+        lock is let go however this ends; a failure removes what this writer wrote (`_discard`)."""
         if self._closed:
             raise RuntimeError("ZooWriter is already closed")
         try:
             return self._close()
+        except BaseException:
+            self._discard()
+            raise
         finally:
             self._release()
 

@@ -267,3 +267,35 @@ def test_links_out_of_the_zoo_are_refused_unless_asked_for(zoo_copy: Path, tmp_p
     shutil.move(moved, inside)
     path.symlink_to(inside)  # a link within the zoo root is fine
     assert Zoo.open(zoo_copy, "syn").verify() == []
+
+
+@pytest.mark.parametrize("fails_at", [1, 2, 4])
+@pytest.mark.parametrize("earlier", [False, True], ids=["new zoo", "overwrite"])
+def test_a_write_that_fails_on_a_full_disk_leaves_no_debris(tmp_path: Path, stz_home: Path, earlier: bool,
+                                                             fails_at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills at the `fails_at`-th file the writer writes: a new zoo leaves nothing (no orphan shard, no
+    lock); an overwrite leaves the earlier zoo whole and nothing beside it."""
+    import errno
+
+    from small_transformer_zoo.store import writer as writer_module
+    from small_transformer_zoo.testing.synthetic_zoo import write_synthetic_zoo
+
+    if earlier:
+        write_synthetic_zoo(tmp_path, "syn", runs=10, shard_size=4, register=False)
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    written = {"count": 0}
+    real = writer_module.atomic_write_bytes
+
+    def filling(path, data):
+        written["count"] += 1
+        if written["count"] >= fails_at:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(writer_module, "atomic_write_bytes", filling)
+    with pytest.raises(OSError, match="No space left"):
+        write_synthetic_zoo(tmp_path, "syn", runs=10, seed=1, shard_size=4, register=False, overwrite=earlier)
+    after = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert after == before
+    if earlier:
+        assert Zoo.open(tmp_path, "syn").verify() == []
