@@ -147,17 +147,21 @@ def _read_csv(path: Path, handle: BinaryIO, columns: tuple[str, str]) -> tuple[l
 
 def _read_table(path: Path, columns: tuple[str, str]) -> tuple[list[str], list[Any], str]:
     """Raw ids and prediction cells, with a description of where row numbers start."""
-    with naming_file(path), _open_submission(path) as handle:
-        start = handle.read(4)
-        handle.seek(0)
-        if start == b"PAR1" or path.suffix.lower() == ".parquet":
-            raw = handle.read(MAX_BYTES + 1)
-            if not raw.strip():
-                raise SubmissionError(f"{path}: the file is empty")
-            ids, values = _read_parquet(path, raw, columns)
-            return ids, values, "Parquet row"
-        ids, values = _read_csv(path, handle, columns)
-        return ids, values, "CSV line"
+    try:
+        with naming_file(path), _open_submission(path) as handle:
+            start = handle.read(4)
+            handle.seek(0)
+            if start == b"PAR1" or path.suffix.lower() == ".parquet":
+                raw = handle.read(MAX_BYTES + 1)
+                if not raw.strip():
+                    raise SubmissionError(f"{path}: the file is empty")
+                ids, values = _read_parquet(path, raw, columns)
+                return ids, values, "Parquet row"
+            ids, values = _read_csv(path, handle, columns)
+            return ids, values, "CSV line"
+    except OSError as exc:  # a file that opens but cannot be read (/proc/self/mem: EIO), a disk that fails
+        raise SubmissionError(f"{path}: cannot be read ({exc.strerror or exc}); give a regular file, a CSV or "
+                              f"Parquet submission") from None
 
 
 def _check_columns(path: Path, found: list[str], columns: tuple[str, str]) -> None:

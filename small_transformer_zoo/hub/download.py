@@ -65,8 +65,11 @@ def download_zoo(location: ZooLocation, splits: tuple[str, ...] | None = None, t
         raw = manifest_path.read_bytes()
         if content_matches(raw, manifest_path.resolve().name) is False:
             evict_from_hub_cache(str(manifest_path), local)
-            raise ZooDamagedError(manifest_path, "does not match its content address (a damaged download); removed "
-                                                "from the Hugging Face cache, so the next load downloads it again")
+            others = evict_mismatched_blobs(local, config)
+            also = f" (and {len(others)} more damaged files of {config!r})" if others else ""
+            raise ZooDamagedError(manifest_path, f"does not match its content address (a damaged download); removed "
+                                                 f"from the Hugging Face cache{also}, so the next load downloads it "
+                                                 f"again")
         files = manifest_files(load_manifest_text(raw, str(manifest_path)), wanted)
         snapshot_download(location.repo_id, repo_type="dataset", revision=local.name,  # the snapshot's commit
                           allow_patterns=[f"{config}/{path}" for path in files], token=token)
@@ -112,6 +115,20 @@ def evict_damaged_files(snapshot: Path, config: str) -> list[str]:
                        or hashlib.file_digest(handle, "sha256").hexdigest() != info.get("sha256"))
         if damaged and evict_from_hub_cache(str(path), snapshot):
             removed.append(info["path"])
+    return removed
+
+
+def evict_mismatched_blobs(snapshot: Path, config: str) -> list[str]:
+    """Without a manifest to check against (its own download was damaged): remove every cached file of `config`
+    whose bytes do not match the content address the Hugging Face cache names its blob by, so that one retry
+    downloads them all again; returns the relative paths removed."""
+    folder, removed = snapshot / config, []
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+        if not path.is_file() or path.name == MANIFEST_NAME:
+            continue
+        if content_matches(path.read_bytes(), path.resolve().name) is False and \
+                evict_from_hub_cache(str(path), snapshot):
+            removed.append(path.relative_to(folder).as_posix())
     return removed
 
 

@@ -3,6 +3,7 @@ cut short or stalled fails soon naming the file, and a 500 is one clear error.""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +115,23 @@ def test_the_fast_path_from_the_hub_evicts_a_damaged_blob(hub: HubServer, synthe
     with pytest.raises(ZooFormatError, match="removed from the Hugging Face cache, so the next open downloads it"):
         open_zoo(repo_id, "syn").split_weights("train")
     assert torch.equal(open_zoo(repo_id, "syn").split_weights("train").to_tensor(), read_fast_path(synthetic_root))
+
+
+def test_a_damaged_manifest_and_a_damaged_shard_are_evicted_together(hub: HubServer, synthetic_root: Path,
+                                                                      stz_home: Path, tmp_path: Path) -> None:
+    """Both downloads damaged in the cache: the first load fails and evicts both, so one retry reads the zoo."""
+    repo_id = f"org/evict-two-{uuid.uuid4().hex[:8]}"
+    hub.add_dataset(repo_id, synthetic_root)
+    cache = str(tmp_path / "datasets-cache")
+    load_dataset(repo_id, "syn", split="train", cache_dir=cache)  # everything of the split is in the cache now
+    snapshot = next(Path(os.environ["HF_HOME"]).rglob("datasets--org--evict-two-*/snapshots/*"))
+    for damaged in (_manifest_file(snapshot / "syn", "train"), shard_file(synthetic_root / "syn", "train")):
+        blob = (snapshot / "syn" / damaged.name if damaged.name == "zoo.json" else
+                snapshot / damaged.relative_to(synthetic_root)).resolve()
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        blob.write_bytes(bytes(data))
+    with pytest.raises(ZooFormatError, match=r"content address.*and 1 more damaged files of 'syn'"):
+        load_dataset(repo_id, "syn", split="train", cache_dir=str(tmp_path / "fresh-cache"))
+    loaded = load_dataset(repo_id, "syn", split="train", cache_dir=str(tmp_path / "fresh-cache")).with_format("torch")
+    assert torch.equal(loaded[:]["params"], read_fast_path(synthetic_root))

@@ -65,6 +65,10 @@ def test_an_unreadable_submission_is_one_line_naming_it(tmp_path: Path, syntheti
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1
     assert str(link) in err and "give a regular file" in err
+    from nfn_baselines.leaderboard.scoring import SubmissionError, score_submission
+
+    with pytest.raises(SubmissionError, match=r"submission.csv: cannot be read \(Input/output error\); give a regular"):
+        score_submission(link, synthetic_root, "syn", "test")
 
 
 def test_a_write_the_system_refuses_names_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
