@@ -18,7 +18,9 @@ the leaderboard (links, FIFOs, tensors of other types, a zip bomb, a changed sou
 predictions, a public split, inputs that decode to gigabytes): each must be refused with a clear error, or done
 without harm; anything else is listed. Part 5 (`census_shared.py`): concurrent writers of every shared file, a
 damaged `datasets` cache under each verify mode, a split's weights in DataLoader workers per start method, and
-names the store cannot hold.
+names the store cannot hold. Part 6 (`census_recovery.py`): the `datasets` cache's own files damaged, clock skew,
+zoos signed by a tool without the writer's checks, the writers of every shared file (Hub reviews, bench runs, the
+registry), errors in DataLoader workers, FIFOs where files should be, and what a failure leaves behind.
 """
 
 from __future__ import annotations
@@ -273,7 +275,7 @@ def main() -> None:
     parser.add_argument("--flips", type=int, default=1000, help="cases of part 1, one flipped bit each "
                                                                 "(default: 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the places and bits (default: 0)")
-    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4, 5], choices=range(1, 6),
+    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6], choices=range(1, 7),
                         help="which parts to run (default: all)")
     parser.add_argument("--cache-flips", type=int, default=20,
                         help="part 5: flipped bits in the datasets cache per verify mode (default: 20)")
@@ -352,6 +354,11 @@ def main() -> None:
         from census_shared import run
 
         run(pristine, WORK / "part5", args.cache_flips, args.trials, args.seed)
+
+    if 6 in args.parts:
+        from census_recovery import run as run_recovery
+
+        run_recovery(pristine, WORK / "part6", args.trials)
 
 
 if __name__ == "__main__":
