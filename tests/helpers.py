@@ -111,3 +111,14 @@ def transformed_copy(model: ZooTransformer, state: dict) -> ZooTransformer:
 
 
 HANG_TIMEOUT = 3600  # seconds: a bound on a subprocess that only catches a hang, never a slow or loaded machine
+
+
+def hub_dataset(folder: Path, splits: dict[str, dict[str, list]], features: object | None = None) -> Path:
+    """A Hub-style dataset repo (`data/<split>-00000-of-00001.parquet`, written by `datasets`)."""
+    import datasets
+
+    for split, columns in splits.items():
+        path = folder / "data" / f"{split}-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        datasets.Dataset.from_dict(columns, features=features).to_parquet(str(path))
+    return folder

@@ -26,7 +26,7 @@ from small_transformer_zoo import Zoo, ZooFormatError
 from small_transformer_zoo.devices import kernel_set
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import sinusoidal_positions
-from tests.helpers import HANG_TIMEOUT, PROJECT, build_zoo, quiet, recipe, shared_data
+from tests.helpers import HANG_TIMEOUT, PROJECT, build_zoo, hub_dataset, quiet, recipe, shared_data
 
 
 
@@ -372,17 +372,6 @@ def test_ag_news_text_zoo_from_the_real_test_set(tmp_path: Path) -> None:
     assert all(0 <= a <= 1 for a in accuracies)
 
 
-def _hub_dataset(folder: Path, splits: dict[str, dict[str, list]], features: object | None = None) -> Path:
-    """A Hub-style dataset repo (`data/<split>-00000-of-00001.parquet`, written by `datasets`)."""
-    import datasets
-
-    for split, columns in splits.items():
-        path = folder / "data" / f"{split}-00000-of-00001.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        datasets.Dataset.from_dict(columns, features=features).to_parquet(str(path))
-    return folder
-
-
 def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
     """`--data-dir hf://datasets/<repo>` loads a task's data through `datasets` from the (loopback) Hub; the
     source is recorded, and a repo without the right columns is refused before training."""
@@ -392,7 +381,7 @@ def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
     from builders.data import read_ag_news_csv
 
     texts, labels = read_ag_news_csv(shared_data("ag_news") / "test.csv")
-    hub.add_dataset("fancyzhx/ag_news", _hub_dataset(tmp_path / "ag", {
+    hub.add_dataset("fancyzhx/ag_news", hub_dataset(tmp_path / "ag", {
         "train": {"text": texts[:1200], "label": labels[:1200].tolist()},
         "test": {"text": texts[1200:1600], "label": labels[1200:1600].tolist()}}))
     manifest = build_zoo("agnews", "tiny", tmp_path / "out", data_dir="hf://datasets/fancyzhx/ag_news",
@@ -403,7 +392,7 @@ def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
     digits = load_idx_folder(shared_data("mnist"), "mnist", carve_from_test=True)
     pixels = np.clip(np.rint((digits.train_x[:, 0] * 0.5 + 0.5) * 255), 0, 255).astype(np.uint8)
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
-    hub.add_dataset("ylecun/mnist", _hub_dataset(tmp_path / "mnist", {
+    hub.add_dataset("ylecun/mnist", hub_dataset(tmp_path / "mnist", {
         "train": {"image": [Image.fromarray(p) for p in pixels[:600]], "label": digits.train_y[:600].tolist()},
         "test": {"image": [Image.fromarray(p) for p in pixels[600:800]], "label": digits.train_y[600:800].tolist()}},
         features))
@@ -412,7 +401,7 @@ def test_ag_news_and_mnist_from_the_hub(hub, tmp_path: Path) -> None:
     assert np.allclose(data.test_x[:, 0], digits.train_x[600:800, 0], atol=1e-6), "pixels survive the round trip"
     assert len(data.validation_y) == 60 and len(data.train_y) == 256, "10% held out, the rest capped by `tiny`"
 
-    hub.add_dataset("someone/not-mnist", _hub_dataset(tmp_path / "bad", {
+    hub.add_dataset("someone/not-mnist", hub_dataset(tmp_path / "bad", {
         "train": {"text": ["a"], "label": [0]}, "test": {"text": ["b"], "label": [1]}}))
     with pytest.raises(ZooFormatError, match="hf://datasets/someone/not-mnist: needs a 'train' split with columns"):
         load_task_data(get_task("mnist"), "hf://datasets/someone/not-mnist", PRESETS["tiny"])
