@@ -99,7 +99,8 @@ def local_executor() -> Callable[..., None]:
         placement, recipe, data = build.placement, build.plan.recipe(), build.data
         total_steps = sum(recipe.epochs * steps_per_epoch(max(round(r.train_fraction * len(data.train_y)) for r in g),
                                                           recipe.batch_size) for g in todo)
-        with tqdm(total=total_steps, desc="training", unit="step", disable=not progress, file=sys.stderr) as bar:
+        bars = progress and sys.stderr.isatty()  # a log gets the group lines only, never a bar redrawn
+        with tqdm(total=total_steps, desc="training", unit="step", disable=not bars, file=sys.stderr) as bar:
             finished = train_groups(todo, data, build.spec, recipe, placement.device, placement.workers,
                                     lambda: bar.update(1))
             for index, (group, checkpoints, seconds) in enumerate(finished, start=1):

@@ -44,7 +44,8 @@ def ray_executor(address: str | None = None, num_cpus: int | None = None) -> Cal
         data_ref = ray.put(build.data)
         device = "cuda" if on_gpu else "cpu"  # Ray gives each GPU task its own visible device
         pending = {remote.remote(g, data_ref, build.spec, build.plan.recipe(), device): g for g in todo}
-        with tqdm(total=len(todo), desc="ray tasks", unit="group", disable=not progress, file=sys.stderr) as bar:
+        bars = progress and sys.stderr.isatty()
+        with tqdm(total=len(todo), desc="ray tasks", unit="group", disable=not bars, file=sys.stderr) as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:

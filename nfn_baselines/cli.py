@@ -61,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"resuming: {len(store)} of {fits} fits already done by a stopped run of this command "
                   f"({store.folder}; --fresh trains them again)", file=sys.stderr)
     progress = BenchProgress(request, spec=zoo.spec)
-    outcome = run_bench(zoo, request, out, on_done=progress.on_done, on_epoch=progress.on_epoch, fresh=args.fresh)
+    outcome = run_bench(zoo, request, out, fresh=args.fresh, progress=progress)
     progress.close()
     histogram = plot_accuracy_histogram(zoo, out / f"{zoo.config}-accuracy-histogram.png")
     rankers = [n for n in outcome.result.models if f"submission:{n}" not in outcome.paths]

@@ -72,7 +72,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     failed = False
     for zoo in _open_configs(args.root, args.config, args.revision):
-        bar = tqdm(total=len(zoo.manifest["shards"]), desc=f"verify {zoo.config}", unit="shard", file=sys.stderr)
+        bar = tqdm(total=len(zoo.manifest["shards"]), desc=f"verify {zoo.config}", unit="shard", file=sys.stderr,
+                   disable=not sys.stderr.isatty())
         problems = zoo.verify(progress=lambda _: bar.update(1))
         bar.close()
         for problem in problems:
@@ -90,7 +91,7 @@ def cmd_import_original(args: argparse.Namespace) -> int:
 
     from .original import import_original
 
-    bar = tqdm(desc="import", unit="ckpt", file=sys.stderr, disable=args.no_progress)
+    bar = tqdm(desc="import", unit="ckpt", file=sys.stderr, disable=args.no_progress or not sys.stderr.isatty())
 
     def progress(done: int, total: int) -> None:
         bar.total = total
@@ -114,7 +115,7 @@ def cmd_export_original(args: argparse.Namespace) -> int:
 
     from .original.exporter import export_original
 
-    bar = tqdm(desc="export", unit="ckpt", file=sys.stderr, disable=args.no_progress)
+    bar = tqdm(desc="export", unit="ckpt", file=sys.stderr, disable=args.no_progress or not sys.stderr.isatty())
 
     def progress(done: int, total: int) -> None:
         bar.total = total
@@ -320,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # huggingface_hub's retry warnings would break the one-line rule; it sets its level when first imported
     # (from HF_HUB_VERBOSITY), which happens only once a command needs it.
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    if not sys.stderr.isatty():  # a log: no bar redrawn with ANSI codes, `datasets`' "Generating ..." ones included
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     if args.command is None:
         parser.print_help()

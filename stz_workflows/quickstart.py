@@ -42,8 +42,8 @@ def run_quickstart(out: Path, preset: str, epochs: int, seed: int = 0, device: s
     if len(kept):
         where = kept.kept if kept.finished else kept.folder
         print(f"   reusing {len(kept)} of {bench.fit_count()} fits of an earlier run ({where})", flush=True)
-    progress = BenchProgress(bench, "   models")
-    outcome = run_bench(zoo, bench, out / "bench", on_done=progress.on_done, on_epoch=progress.on_epoch)
+    progress = BenchProgress(bench, "   models", spec=zoo.spec)
+    outcome = run_bench(zoo, bench, out / "bench", progress=progress)
     progress.close()
     print()
     print(outcome.markdown)

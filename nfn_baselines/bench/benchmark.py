@@ -23,7 +23,7 @@ from ..models.fitting import FitRequest
 from ..models.predictors import Predictor, get_predictor
 from ..models.train import TrainConfig, predict_prepared, prepare, train_predictors, validation_score
 from .data import BenchData, Condition
-from .request import BenchRequest, ModelSpec
+from .request import BenchRequest, ModelSpec, expected_epochs
 from .resume import Fit, FitStore
 
 SPLITS = ("train", "validation", "test")
@@ -49,17 +49,22 @@ class BenchResult:
 
 def run_benchmark(data: BenchData, request: BenchRequest, store: FitStore | None = None,
                   on_done: Callable[[str, str, int], None] | None = None,
-                  on_epoch: Callable[[str, str], None] | None = None) -> BenchResult:
+                  on_epoch: Callable[[str, str], None] | None = None, progress: Any = None) -> BenchResult:
     """Train and predict every model row of `request` on every condition of `data` and every seed. The request's
     `settings` override every neural model's training settings (`head_dropout`, `patience`, `weight_decay`, ...)
     and model settings alike. With a `store` (`resume`), a (model, condition) it holds is read back instead of
     trained, and every one trained is kept there. `on_done(model, condition, seeds)`: one fit done;
-    `on_epoch(model, condition)`: one epoch of one network of a neural fit done."""
+    `on_epoch(model, condition)`: one epoch of one network of a neural fit done. `progress` (`BenchProgress`) is
+    told the plan with each fit's expected cost, every epoch and phase (a feature pass, boosting rounds, a
+    forest's trees), and each fit done with its seconds."""
     if request.seeds < 1:
         raise ValueError("the benchmark needs at least one seed")
     models = request.model_rows(data.spec)
     result = BenchResult(data, data.conditions(request.thresholds), request.seed_list(),
                          models=[m.name for m in models], specs={m.name: m.predictor for m in models})
+    if progress is not None:
+        progress.plan([(m.name, get_predictor(m.predictor).kind, c.name, fit_cost(m, c, request))
+                       for c in result.conditions for m in models])
     for condition in result.conditions:
         if (shortfall := condition.shortfall()) is not None:
             result.skipped[condition.name] = shortfall
@@ -77,8 +82,18 @@ def run_benchmark(data: BenchData, request: BenchRequest, store: FitStore | None
                         result.trials[key] = stored.trials
             else:
                 started = time.perf_counter()
-                tick = (lambda _, key=key: on_epoch(*key)) if on_epoch else None
-                _fit_model(result, request, model, condition, shortfall, tick)
+
+                def tick(_: Any, key: tuple[str, str] = key) -> None:
+                    if on_epoch:
+                        on_epoch(*key)
+                    if progress is not None:
+                        progress.epoch(*key)
+
+                def phase(what: str, done: int, total: int, key: tuple[str, str] = key) -> None:
+                    if progress is not None:
+                        progress.phase(*key, what, done, total)
+
+                _fit_model(result, request, model, condition, shortfall, tick, phase)
                 result.seconds[key] = time.perf_counter() - started
                 if resumable:
                     untuned = result.untuned.get(key)  # the chosen fits themselves for trees and floors
@@ -87,11 +102,32 @@ def run_benchmark(data: BenchData, request: BenchRequest, store: FitStore | None
                                trials=result.trials.get(key), seconds=result.seconds[key])
             if on_done:
                 on_done(model.name, condition.name, request.seeds)
+            if progress is not None:
+                progress.done(model.name, condition.name, 0.0 if stored is not None else result.seconds[key],
+                              resumed=stored is not None)
     return result
 
 
+NEURAL_PASSES = 2.0  # a neural epoch reads the training rows forward and backward, the validation rows forward
+TABLE_COST = {"tree": 30.0, "floor": 0.2}  # a priori cost per training row of a tree or floor fit, in row-epochs
+
+
+def fit_cost(model: ModelSpec, condition: Condition, request: BenchRequest) -> float:
+    """What one (model, condition) fit is expected to cost, in row-epochs of a neural model (a training row read
+    forward and backward once): epochs times rows for a neural model, a prior per training row for trees and
+    floors. The progress calibrates it as fits finish."""
+    predictor = get_predictor(model.predictor)
+    rows = len(condition.splits["train"])
+    if predictor.kind == "neural":
+        epochs = expected_epochs(model, request.epochs, request.seeds, request.tune)
+        return epochs * (rows + len(condition.splits["validation"]) / NEURAL_PASSES)
+    fits = request.seeds if predictor.seeded else 1
+    return fits * rows * TABLE_COST[predictor.kind]
+
+
 def _fit_model(result: BenchResult, request: BenchRequest, model: ModelSpec, condition: Condition,
-               shortfall: str | None, progress: Callable[[dict[str, float]], None] | None = None) -> None:
+               shortfall: str | None, progress: Callable[[dict[str, float]], None] | None = None,
+               phase: Callable[[str, int, int], None] | None = None) -> None:
     """Train (or, for a condition too small, mark undefined) one model on one condition, into `result`."""
     data, seeds, key, tune = result.data, result.seeds, (model.name, condition.name), request.tune
     predictor = get_predictor(model.predictor)
@@ -103,7 +139,7 @@ def _fit_model(result: BenchResult, request: BenchRequest, model: ModelSpec, con
     elif predictor.kind == "neural":
         if predictor.training:  # a fixed recipe: the search has nothing to vary
             trials = [{**trials[0], **{k: v for k, v in predictor.training.items() if k in trials[0]}}]
-        per_trial = _train_neural(predictor, model, condition, data, trials, request, progress)
+        per_trial = _train_neural(predictor, model, condition, data, trials, request, progress, phase)
         scores = [float(np.nanmean([f.validation_score for f in fits])) for fits in per_trial]
         best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
         result.fits[key] = per_trial[best]
@@ -111,13 +147,13 @@ def _fit_model(result: BenchResult, request: BenchRequest, model: ModelSpec, con
             result.untuned[key] = per_trial[0]
             result.trials[key] = [{**t, "mean_validation_score": s} for t, s in zip(trials, scores)]
     else:
-        result.fits[key] = _fit_table_model(predictor, model, condition, data, seeds, request.jobs)
+        result.fits[key] = _fit_table_model(predictor, model, condition, data, seeds, request.jobs, phase)
         if tune:  # trees and floors keep their settings: tuned and untuned are the same fits
             result.untuned[key] = result.fits[key]
 
 
 def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,
-                     seeds: list[int], n_jobs: int) -> list[Fit]:
+                     seeds: list[int], n_jobs: int, phase: Callable[[str, int, int], None] | None = None) -> list[Fit]:
     """Tree and floor models: one fit per seed, or one for all seeds when the predictor ignores its seed."""
     if (data.target.kind == "classification" and not predictor.classifies) or \
             set(predictor.reads) & set(data.target.columns):  # not defined: it would read the target itself
@@ -125,7 +161,7 @@ def _fit_table_model(predictor: Predictor, model: ModelSpec, condition: Conditio
     fits: list[Fit] = []
     for seed in seeds if predictor.seeded else seeds[:1]:
         request = FitRequest(seed, n_jobs, condition.splits["train"], condition.splits["validation"], data.target,
-                             {**predictor.settings, **model.settings})
+                             {**predictor.settings, **model.settings}, phase)
         fitted = predictor.fit(request)
         predictions = {s: np.asarray(fitted.predict(condition.splits[s]), dtype=float) for s in SPLITS}
         fits.append(Fit(predictions, {"seeded": predictor.seeded},
@@ -142,7 +178,8 @@ def _undefined_fits(condition: Condition, data: BenchData, seeds: list[int]) -> 
 
 def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, data: BenchData,
                   trials: list[dict[str, Any]], request: BenchRequest,
-                  progress: Callable[[dict[str, float]], None] | None = None) -> list[list[Fit]]:
+                  progress: Callable[[dict[str, float]], None] | None = None,
+                  phase: Callable[[str, int, int], None] | None = None) -> list[list[Fit]]:
     """Every (trial, seed) of a neural model: per trial, the fits of every seed."""
     seeds, device, overrides = request.seed_list(), request.device, request.settings
     model_keys = set(predictor.settings)
@@ -164,7 +201,15 @@ def _train_neural(predictor: Predictor, model: ModelSpec, condition: Condition, 
     groups = [list(range(len(jobs)))] if together else [[i] for i in range(len(jobs))]
     train, validation = condition.splits["train"], condition.splits["validation"]
     labels = (torch.from_numpy(train.target), torch.from_numpy(validation.target))
-    prepared = {s: prepare(nets[0], condition.splits[s].params) for s in SPLITS}  # the same for every (trial, seed)
+    rows, passed = sum(len(condition.splits[s]) for s in SPLITS), [0]
+
+    def pass_done(count: int) -> None:
+        passed[0] += count
+        if phase:
+            phase("features", passed[0], rows)
+
+    prepared = {s: prepare(nets[0], condition.splits[s].params, pass_done if hasattr(nets[0], "prepare") else None)
+                for s in SPLITS}  # the same for every (trial, seed)
     fits: dict[int, Fit] = {}
     for group in groups:
         results = train_predictors([nets[i] for i in group], data.spec, (train.params, labels[0]),

@@ -55,9 +55,9 @@ def bench_store(zoo: Zoo, request: BenchRequest, out: Path) -> FitStore:
 
 def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
               on_done: Callable[[str, str, int], None] | None = None, fresh: bool = False,
-              on_epoch: Callable[[str, str], None] | None = None) -> BenchOutcome:
+              on_epoch: Callable[[str, str], None] | None = None, progress: Any = None) -> BenchOutcome:
     """Run the benchmark on `zoo` and write its results under `out`. A run stopped before it wrote them resumes
-    from the fits it had finished, unless `fresh`."""
+    from the fits it had finished, unless `fresh`. `progress`: a `BenchProgress` (`run_benchmark`)."""
     started = time.perf_counter()
     store = bench_store(zoo, request, out)
     if fresh:
@@ -65,7 +65,8 @@ def run_bench(zoo: Zoo, request: BenchRequest, out: Path,
     results: list[BenchResult] = []
 
     def bench(split_salt: str | None) -> BenchResult:
-        results.append(run_benchmark(read_bench_data(zoo, request.data_selection(split_salt)), request, store, on_done, on_epoch))
+        results.append(run_benchmark(read_bench_data(zoo, request.data_selection(split_salt)), request, store, on_done,
+                                     on_epoch, progress))
         return results[-1]
 
     result = bench(None)

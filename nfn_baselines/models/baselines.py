@@ -4,7 +4,7 @@ scikit-learn's Random Forest)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -192,18 +192,39 @@ def flat_weights(split: Any) -> np.ndarray:
     return split.params.numpy()
 
 
+FOREST_STEP = 10  # trees a forest grows between two reports of its progress
+
+
 def fit_tree(model: Any, name: str, train: Any, validation: Any, features: Any = flat_weights,
-             classes: int = 0) -> FittedTable:
+             classes: int = 0, progress: Callable[[str, int, int], None] | None = None) -> FittedTable:
     """Fit `tree_model(name, ...)` on `features` of the splits (default: the flattened weights), the number of
-    boosting rounds chosen on validation (early stopping); the forest has no rounds."""
+    boosting rounds chosen on validation (early stopping); the forest has no rounds. `progress(phase, done,
+    total)` follows the boosting rounds, or the forest's trees (grown `FOREST_STEP` at a time with `warm_start`,
+    which grows the same forest as one fit)."""
     x, y = features(train), train.target
+    report = progress or (lambda *_: None)
+    rounds = int(model.get_params()["n_estimators"])
     if name == "xgboost":
+        from xgboost.callback import TrainingCallback
+
+        class Rounds(TrainingCallback):
+            def after_iteration(self, _model: Any, epoch: int, _log: Any) -> bool:
+                report("boosting rounds", epoch + 1, rounds)
+                return False
+
+        model.set_params(callbacks=[Rounds()])
         model.fit(x, y, eval_set=[(features(validation), validation.target)], verbose=False)
+        model.set_params(callbacks=None)
     elif name == "lightgbm":
         from lightgbm import early_stopping
 
         model.fit(x, y, eval_X=(features(validation),), eval_y=(validation.target,),
-                  callbacks=[early_stopping(30, verbose=False)])
+                  callbacks=[early_stopping(30, verbose=False),
+                             lambda env: report("boosting rounds", env.iteration + 1, env.end_iteration)])
     else:
-        model.fit(x, y)
+        for grown in range(min(FOREST_STEP, rounds), rounds + FOREST_STEP, FOREST_STEP):
+            model.set_params(n_estimators=min(grown, rounds), warm_start=True)
+            model.fit(x, y)
+            report("trees", min(grown, rounds), rounds)
+        model.set_params(warm_start=False)
     return FittedTable(model, features, classes)

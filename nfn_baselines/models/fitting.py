@@ -4,7 +4,7 @@ each of them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,8 @@ class SplitData:
 
 @dataclass(frozen=True)
 class FitRequest:
-    """What a tree or floor predictor is fitted on."""
+    """What a tree or floor predictor is fitted on; `progress(phase, done, total)` follows a long fit (boosting
+    rounds, trees of a forest)."""
 
     seed: int
     n_jobs: int
@@ -49,3 +50,4 @@ class FitRequest:
     validation: SplitData
     target: Target
     settings: Mapping[str, Any]
+    progress: Callable[[str, int, int], None] | None = None

@@ -112,7 +112,8 @@ def _tree(name: str) -> Callable[[FitRequest], Any]:
 
         model = tree_model(name, request.seed, n_jobs=request.n_jobs,
                            classification=request.target.kind == "classification", **request.settings)
-        return fit_tree(model, name, request.train, request.validation, classes=len(request.target.classes))
+        return fit_tree(model, name, request.train, request.validation, classes=len(request.target.classes),
+                        progress=request.progress)
     return fit
 
 

@@ -85,11 +85,16 @@ class _Prepared(nn.Module):
         return self.model.forward_logits(TransformerWeights.from_params(inputs[0], self.spec))
 
 
-def prepare(model: nn.Module, params: torch.Tensor) -> Inputs:
-    """A model's first step on packed weights [N, n_params], in chunks (identity for a model without one)."""
+def prepare(model: nn.Module, params: torch.Tensor, progress: Callable[[int], None] | None = None) -> Inputs:
+    """A model's first step on packed weights [N, n_params], in chunks (identity for a model without one);
+    `progress(rows)` after each chunk (a feature pass can take minutes)."""
     if not hasattr(model, "prepare"):
         return (params,)
-    chunks = [model.prepare(params[i : i + PREDICT_CHUNK]) for i in range(0, len(params), PREDICT_CHUNK)]
+    chunks = []
+    for i in range(0, len(params), PREDICT_CHUNK):
+        chunks.append(model.prepare(params[i : i + PREDICT_CHUNK]))
+        if progress:
+            progress(len(chunks[-1][0]))
     if not chunks:
         return model.prepare(params)
     return tuple(torch.cat(parts) for parts in zip(*chunks))

@@ -388,30 +388,49 @@ def test_a_table_says_what_it_cannot_support(learnable_zoo: Path, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_progress_is_measured_in_expected_epochs(learnable_zoo: Path, tmp_path: Path) -> None:
-    """The run's bar moves with every network-epoch of a neural fit (not only when a fit ends) and reaches its
-    total, the expected cost, when the run ends; a tree counts one per seed."""
+def test_progress_counts_fits_follows_every_phase_and_estimates_from_calibrated_costs(learnable_zoo: Path,
+                                                                                       tmp_path: Path) -> None:
+    """The run's bar counts fits; the inner one follows a neural fit's epochs, a feature pass, a tree's boosting
+    rounds and a forest's trees; the time left comes from the fits' expected costs at the rates measured so far;
+    in a log there are no bars, one plain line per fit."""
     import io
 
     from nfn_baselines.bench.progress import BenchProgress
     from small_transformer_zoo import Zoo
 
-    request = BenchRequest(models=["mlp", "lightgbm"], seeds=2, epochs=3, resamples=100)
-    from nfn_baselines.models.predictors import get_predictor
-
-    trees = 2 if get_predictor("lightgbm").seeded else 1
-    assert request.expected_epochs() == {"mlp": 2 * 3, "lightgbm": trees}
-    progress = BenchProgress(request, file=io.StringIO())
-    epochs: list[tuple[str, str]] = []
-
-    def on_epoch(model: str, condition: str) -> None:
-        epochs.append((model, condition))
-        progress.on_epoch(model, condition)
-
-    run_bench(Zoo.open(learnable_zoo, "learnable"), request, tmp_path, on_done=progress.on_done, on_epoch=on_epoch)
-    assert 0 < len(epochs) <= 6 and {m for m, _ in epochs} == {"mlp"}
-    assert progress.total.n == progress.total.total == 6 + trees
+    request = BenchRequest(models=["mlp", "statnn_probe", "lightgbm", "random_forest"], seeds=1, epochs=2,
+                           resamples=100)
+    log = io.StringIO()
+    progress = BenchProgress(request, file=log)
+    phases: list[tuple[str, str]] = []
+    epoch, phase = progress.epoch, progress.phase
+    progress.epoch = lambda m, c: (phases.append((m, "epochs")), epoch(m, c))
+    progress.phase = lambda m, c, what, done, total: (phases.append((m, what)), phase(m, c, what, done, total))
+    run_bench(Zoo.open(learnable_zoo, "learnable"), request, tmp_path, progress=progress)
     progress.close()
+    assert {("mlp", "epochs"), ("statnn_probe", "features"), ("lightgbm", "boosting rounds"),
+            ("random_forest", "trees")} <= set(phases)
+    lines = log.getvalue().splitlines()
+    assert len(lines) == len(progress.costs) == 4 and "\x1b" not in log.getvalue() and "\r" not in log.getvalue()
+    assert lines[0].startswith("bench: 1/4 fits, mlp on all done (") and lines[-1].endswith("; done")
+    assert "about" in lines[1] and progress.seconds_left() == 0.0
+
+
+def test_the_time_left_uses_each_models_own_rate_once_measured() -> None:
+    import io
+
+    from nfn_baselines.bench.progress import BenchProgress
+
+    progress = BenchProgress(BenchRequest(models=["mlp", "xgboost"], seeds=1), file=io.StringIO(), disable=True)
+    progress.plan([("mlp", "neural", "all", 100.0), ("xgboost", "tree", "all", 1000.0),
+                   ("mlp", "neural", ">=0.4", 50.0), ("xgboost", "tree", ">=0.4", 500.0)])
+    assert progress.seconds_left() is None
+    progress.done("mlp", "all", 10.0)  # 0.1 s per unit: the run's rate for the trees, too
+    assert progress.seconds_left() == pytest.approx(50 * 0.1 + 1500 * 0.1)
+    progress.done("xgboost", "all", 400.0)  # the trees' own rate, 0.4 s per unit
+    assert progress.seconds_left() == pytest.approx(50 * 0.1 + 500 * 0.4)
+    progress.done("mlp", ">=0.4", 0.0, resumed=True)  # read back: counts, calibrates nothing
+    assert progress.seconds_left() == pytest.approx(500 * 0.4)
 
 
 def test_the_component_ablation_follows_the_components_a_zoo_stores(tmp_path: Path,
