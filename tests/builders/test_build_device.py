@@ -221,3 +221,30 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytes
         holder.wait()
     with exclusive_lock(tmp_path, "mnist-tiny", "this test"):  # the kernel released the killed holder's lock
         assert f"pid {os.getpid()}" in (tmp_path / ".mnist-tiny.lock").read_text()
+
+
+BF16_TOLERANCE = 0.05  # test accuracy: bf16 against fp32 on the same runs, mean absolute difference (0.027 measured)
+
+
+@pytest.mark.slow
+def test_bf16_trains_the_same_runs_to_the_accuracy_of_fp32() -> None:
+    """bf16 autocast (weights, optimizer state and checkpoints float32) reaches fp32's test accuracy on the same
+    runs within `BF16_TOLERANCE` on average (1,200 training and 600 test digits), on a CPU with bf16 arithmetic
+    (AVX512-BF16 or AMX)."""
+    from builders.data import load_embedded_mnist
+
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has no native bf16 arithmetic (AVX512-BF16 or AMX)")
+    data = load_embedded_mnist()
+    data.train_x, data.train_y = data.train_x[:1200], data.train_y[:1200]
+    data.validation_x, data.validation_y = data.validation_x[:100], data.validation_y[:100]
+    data.test_x, data.test_y = data.test_x[:600], data.test_y[:600]
+    spec = mnist_spec()
+    runs = [Run(f"b-{i}", "adam", 1.0, dropout, lr, 0.2, 1e-6, run_seed(f"b{i}"))
+            for i, (dropout, lr) in enumerate([(0.0, 1e-3), (0.1, 1e-3), (0.0, 5e-4), (0.05, 2e-3)])]
+    accuracy = {}
+    for precision in ("fp32", "bf16"):
+        checkpoints = train_group(runs, data, spec, recipe(6, [6], 16, augment=False, precision=precision))
+        accuracy[precision] = np.array([c.metrics["test_accuracy"] for c in checkpoints if not c.is_best])
+    assert accuracy["fp32"].mean() > 0.3, "the runs must have learned something to compare"
+    assert np.abs(accuracy["bf16"] - accuracy["fp32"]).mean() <= BF16_TOLERANCE, accuracy
