@@ -12,7 +12,8 @@ is shared). Achieved GFLOP/s (analytic training and evaluation FLOPs / time) is 
 matmul measured in the same command.
 
 CUDA (the group-size sweep): groups of 64 to 4,096 runs (those that fit in free memory) at the paper's batch of
-128 with crops, in fp32 and bf16, against the GPU's fp32 and bf16 matmul throughput measured in the same command;
+128 with crops, in fp32, TF32 (`--precisions tf32`: fp32 weights, TF32 matmuls) and bf16, against the GPU's fp32
+and bf16 matmul throughput measured in the same command;
 then the `paper` preset's GPU-hours per task at the best rate. `--sweep` runs the same sweep on a CPU (with small
 `--group-sizes`), which is how its code path is checked without a GPU.
 
@@ -189,12 +190,14 @@ def group_size_sweep(args: argparse.Namespace) -> None:
     grid = [r for r in full_grid("mnist") if r.optimizer == "adam"]
     per_sample = training_flops_per_sample(spec)
     best_rate: dict[str, tuple[float, int]] = {}
-    for precision in args.precisions:
+    for label in args.precisions:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = label == "tf32"
+        precision = "fp32" if label == "tf32" else label
         for size in args.group_sizes:
             try:
                 choose_group_size(size, device, spec, 128, precision, spec.num_tokens, 10, len(grid))
             except ValueError as error:
-                print(f"  {precision} {size:>5} runs: skipped ({error})")
+                print(f"  {label} {size:>5} runs: skipped ({error})")
                 continue
             runs = grid[:size]
             samples = sum(round(r.train_fraction * len(data.train_y)) for r in runs)
@@ -205,14 +208,14 @@ def group_size_sweep(args: argparse.Namespace) -> None:
                 seconds = best_of({"group": lambda: train_group(runs, tensors, spec, recipe, device)}, args.repeats,
                                   device)["group"]
             except RuntimeError as error:
-                print(f"  {precision} {size:>5} runs: failed ({' '.join(str(error).split())[:200]})")
+                print(f"  {label} {size:>5} runs: failed ({' '.join(str(error).split())[:200]})")
                 continue
             rate = flops / seconds
-            if rate > best_rate.get(precision, (0.0, 0))[0]:
-                best_rate[precision] = (rate, size)
+            if rate > best_rate.get(label, (0.0, 0))[0]:
+                best_rate[label] = (rate, size)
             memory = (f"  peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
                       if device.type == "cuda" else "")
-            print(f"  {precision} {size:>5} runs: {size / seconds:9.1f} model-epochs/s  {rate / 1e12:7.3f} TFLOP/s  "
+            print(f"  {label} {size:>5} runs: {size / seconds:9.1f} model-epochs/s  {rate / 1e12:7.3f} TFLOP/s  "
                   f"({rate / 1e9 / peaks[precision]:.1%} of {precision} matmul){memory}", flush=True)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -220,6 +223,7 @@ def group_size_sweep(args: argparse.Namespace) -> None:
     for precision, (rate, size) in best_rate.items():
         print(f"paper preset, one task ({total / 1e15:.1f} PFLOP), {precision} in groups of {size}: "
               f"{total / rate / 3600:,.1f} device-hours")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
 
 
 def main() -> None:
@@ -230,7 +234,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--group-sizes", type=int, nargs="+",
                         help="runs per group (default: 64 256 1024 4096 for the sweep, 5 10 17 33 for --step-times)")
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help="group-size sweep: precisions")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "tf32", "bf16"],
+                        help="group-size sweep: precisions (tf32: fp32 weights with TF32 matmuls on a GPU)")
     parser.add_argument("--data-dir", help="group-size sweep: an MNIST IDX folder (default: the embedded digits)")
     parser.add_argument("--sweep", action="store_true", help="run the group-size sweep on a CPU too")
     parser.add_argument("--step-times", action="store_true", help="CPU: ms per step by group size, and with "
