@@ -244,9 +244,11 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="search learning rate, weight decay and epochs of every neural model on validation "
                             "(4 trials, the same for every model); the untuned table is printed too")
     _add_split_arguments(bench)
-    bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both"), default="none",
+    bench.add_argument("--preprocess", choices=("none", "standardize", "canonical", "both", "align"), default="none",
                        help="what every model sees: raw weights, standardised ones (statistics of the training "
-                            "split, stored in the results JSON), canonical forms, or both (default: none)")
+                            "split, stored in the results JSON), canonical forms, or both; align: every checkpoint "
+                            "permuted by weight matching to one training checkpoint, the one of median L2 norm "
+                            "(default: none)")
     bench.add_argument("--models", nargs="+", choices=list(PREDICTORS), default=default_predictors(),
                        metavar="MODEL", help=f"registered predictors to train, from {list(PREDICTORS)} (default: "
                                          f"{' '.join(default_predictors())}); the floors join any list")

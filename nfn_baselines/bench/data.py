@@ -23,6 +23,7 @@ from small_transformer_zoo.hub.opening import open_zoo
 from small_transformer_zoo.errors import DataError
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.format.splits import FAMILY_KEYS, SPLIT_NAMES, SplitRule
+from small_transformer_zoo.weights.align import align_params, reference_row
 from small_transformer_zoo.weights.canonical import canonicalize_params
 from small_transformer_zoo.weights.standardize import WeightStats
 from small_transformer_zoo.weights.symmetry import randomize_params
@@ -32,7 +33,7 @@ from ..models.fitting import SplitData
 from ..models.targets import Target, get_target
 from .protocols import protocol_where
 
-PREPROCESSING = ("none", "standardize", "canonical", "both")
+PREPROCESSING = ("none", "standardize", "canonical", "both", "align")
 # The fewest checkpoints per split a condition is trained on: a model, an epoch picked on validation, a tau.
 MIN_CHECKPOINTS = {"train": 4, "validation": 2, "test": 2}
 
@@ -103,7 +104,8 @@ class DataSelection:
 
     `preprocess`: "canonical" puts every checkpoint in its canonical form, "standardize" applies statistics of the
     training split (pooled as `small_transformer_zoo.weights.standardize` says), "both" does the first, then the
-    second; every model sees the same preprocessed weights. `split_salt`: the runs are split again by this salt
+    second; "align" permutes every checkpoint to match one training checkpoint (`weights.align`, the reference
+    chosen by `reference_row` from the training split alone); every model sees the same preprocessed weights. `split_salt`: the runs are split again by this salt
     (the zoo's own fractions) instead of the zoo's own split. `split_by`: "run" or "family" (`SplitRule`): the runs
     split again with that unit when it is not the zoo's own. `train_runs`: the share of training runs kept (a
     seeded draw of whole runs), for learning curves. `randomize`: every checkpoint moved by a random element of
@@ -167,6 +169,10 @@ def _preprocess(splits: dict[str, SplitData], spec: ArchitectureSpec,
                 preprocess: str) -> tuple[dict[str, SplitData], WeightStats | None]:
     """Every split in canonical form and/or standardised by the training split's statistics (`DataSelection`)."""
     stats = None
+    if preprocess == "align":  # every split to one training checkpoint (`weights.align`): fitted on training only
+        train = splits["train"].params
+        reference = train[reference_row(train)]
+        splits = {k: replace(s, params=align_params(s.params, reference, spec)) for k, s in splits.items()}
     if preprocess in ("canonical", "both"):
         splits = {k: replace(s, params=canonicalize_params(s.params, spec)) for k, s in splits.items()}
     if preprocess in ("standardize", "both"):
