@@ -106,6 +106,12 @@ def _flat(mode: str) -> Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.
     return build
 
 
+def _probegen(spec: ArchitectureSpec, s: Mapping[str, Any], outputs: int) -> nn.Module:
+    from .probegen import ProbeGen
+
+    return ProbeGen(spec, probes=s["probes"], outputs=outputs, head_dropout=s["head_dropout"])
+
+
 def _tree(name: str) -> Callable[[FitRequest], Any]:
     def fit(request: FitRequest) -> Any:
         from .baselines import fit_tree, tree_model
@@ -154,6 +160,10 @@ register_predictor(Predictor(
     "statnn_probe", "neural", "statnn_invariant's statistics and those of the network's outputs on 256 fixed random "
     "probe inputs, which the group cannot change because it keeps the function (docs/design.md section 9)",
     build=_flat("statnn_probe"), settings=NEURAL, invariant=True))
+register_predictor(Predictor(
+    "probegen", "neural", "ProbeGen: 32 probe inputs made by a learned deep linear generator, the network's class "
+    "probabilities on them through an MLP, trained end to end (docs/design.md section 9)", build=_probegen,
+    settings={"probes": 32, "head_dropout": 0.0}, invariant=True, default=False))
 for _name, _what, _seeded in (("xgboost", "XGBoost (CPU build)", False), ("lightgbm", "LightGBM", False),
                               ("random_forest", "scikit-learn's Random Forest", True)):
     register_predictor(Predictor(_name, "tree", f"{_what} on the flattened weights", fit=_tree(_name),

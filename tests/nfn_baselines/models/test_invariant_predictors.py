@@ -10,6 +10,7 @@ from nfn_baselines.models.baselines import FlatPredictor
 from nfn_baselines.models.invariant_stats import feature_count, invariant_statistics
 from nfn_baselines.models.model import TransformerNFN
 from nfn_baselines.models.predictors import PREDICTORS
+from nfn_baselines.models.probegen import ProbeGen, batched_probe_logits
 from nfn_baselines.models.probe_features import output_feature_count, probe_inputs, probe_logits, probe_statistics
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
 from small_transformer_zoo.weights.model import ZooTransformer
@@ -65,7 +66,8 @@ def test_the_invariant_predictors_are_invariant_and_the_others_are_not() -> None
     weights = weights_of(ZOO, 4, 7)
     g = sample_group_element(ZOO, torch.Generator().manual_seed(8), condition_number=BADLY_CONDITIONED)
     models = {"statnn_invariant": FlatPredictor(ZOO, "statnn_invariant"), "nfn_hybrid": TransformerNFN(ZOO, statistics=True),
-              "statnn_probe": FlatPredictor(ZOO, "statnn_probe"), "statnn": FlatPredictor(ZOO, "statnn")}
+              "statnn_probe": FlatPredictor(ZOO, "statnn_probe"), "statnn": FlatPredictor(ZOO, "statnn"),
+              "probegen": ProbeGen(ZOO, probes=8)}
     for name, model in models.items():
         torch.manual_seed(0)
         model = model.double().eval()
@@ -126,3 +128,36 @@ def test_probe_logits_are_the_networks_own_outputs() -> None:
     assert torch.allclose(text.forward_embedded(text.embedding.table[ids]), text(ids), atol=1e-12)
     assert probe_inputs(TEXT, 4).shape == (4, TEXT.max_length, TEXT.d_model)
     assert torch.equal(probe_inputs(ZOO, 4), probe_inputs(ZOO, 4))
+
+
+@settings(max_examples=10, deadline=None)
+@given(spec=st.one_of(SPECS, st.just(TEXT)), seed=st.integers(0, 10_000), group=st.sampled_from(["paper", "all"]))
+def test_probegen_is_invariant_under_the_full_group(spec: ArchitectureSpec, seed: int, group: str) -> None:
+    """Under a random element of the paper's group, and of it with the interface permutations (`--randomize all`),
+    the prediction stays within float round-off; a change that is not a symmetry moves it."""
+    from small_transformer_zoo.weights.symmetry import sample_interface_element
+
+    weights = weights_of(spec, 3, seed)
+    torch.manual_seed(seed)
+    model = ProbeGen(spec, probes=6).double().eval()
+    base = model.forward_logits(weights)
+    moved = sample_group_element(spec, torch.Generator().manual_seed(seed + 1),
+                                 condition_number=BADLY_CONDITIONED).act(weights)
+    if group == "all":
+        moved = sample_interface_element(spec, torch.Generator().manual_seed(seed + 2)).act(moved)
+    assert relative(model.forward_logits(moved), base) < 1e-8
+    assert relative(model.forward_logits(a_new_classifier_output(weights, seed)), base) > 1e-6
+
+
+def test_probegen_reads_every_checkpoint_on_the_same_learned_probes() -> None:
+    """The batched forward is each network's own output, and the probes carry gradients back to the generator."""
+    weights = weights_of(ZOO, 3, 5)
+    model = ProbeGen(ZOO, probes=4).double()
+    probes = model.probes()
+    logits = batched_probe_logits(weights, probes)
+    network = ZooTransformer(ZOO).double().eval()
+    network.load_state_dict(weights.state_dict(2), strict=False)
+    assert torch.allclose(logits[2], network(probes), atol=1e-10)
+    model.forward_logits(weights).sum().backward()
+    assert model.codes.grad is not None and model.codes.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in model.generator.parameters())
