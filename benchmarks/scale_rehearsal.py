@@ -83,6 +83,14 @@ def bench_plan(value: str) -> tuple[str, tuple[str, ...]]:
     return protocol, tuple(m for m in models.split(",") if m) or BENCH_MODELS
 
 
+def stz_command() -> str:
+    """The `stz` installed beside this interpreter, so a run need not have its environment activated."""
+    beside = shutil.which("stz", path=str(Path(sys.executable).parent))
+    if beside is None:
+        raise SystemExit(f"no stz beside {sys.executable}: install the package (pip install -e .) in this environment")
+    return beside
+
+
 def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...]]], work: Path,
              record: Path, only: list[str] | None = None) -> None:
     """Write the release, run every step under /usr/bin/time -v (`only`: the steps whose labels start with one of
@@ -97,35 +105,36 @@ def rehearse(task: str, fraction: float, benches: list[tuple[str, tuple[str, ...
     port = free_loopback_port()
     env["HF_ENDPOINT"] = f"http://127.0.0.1:{port}"
     me = [sys.executable, str(Path(__file__).resolve())]
+    stz = stz_command()
     step = [*me, "--work", str(work), "--task", task, "--step"]
     zoo, top = str(work / "zoo"), str(work / "unpacked" / ("AG-News-Transformers" if task == "agnews" else
                                                               "MNIST-Transformers"))
     plan = [("write the release and its zip", [*step, "write"]),
-            ("stz import-original (folder)", ["stz", "import-original", top, zoo, "--config", CONFIG,
+            ("stz import-original (folder)", [stz, "import-original", top, zoo, "--config", CONFIG,
                                               "--no-progress"]),
-            ("stz import-original (zip)", ["stz", "import-original", str(work / "release.zip"),
+            ("stz import-original (zip)", [stz, "import-original", str(work / "release.zip"),
                                            str(work / "zoo-zip"), "--config", CONFIG, "--no-progress"]),
-            ("stz export-original (folder)", ["stz", "export-original", zoo, "--config", CONFIG, "--out",
+            ("stz export-original (folder)", [stz, "export-original", zoo, "--config", CONFIG, "--out",
                                               str(work / "exported"), "--no-progress"]),
-            ("stz export-original (zip)", ["stz", "export-original", zoo, "--config", CONFIG, "--out",
+            ("stz export-original (zip)", [stz, "export-original", zoo, "--config", CONFIG, "--out",
                                            str(work / "exported-zip"), "--zip", "--no-progress"]),
-            ("stz verify", ["stz", "verify", zoo, "--config", CONFIG]),
+            ("stz verify", [stz, "verify", zoo, "--config", CONFIG]),
             ("Zoo.open + split_weights().to_tensor()", [*step, "tensors"]),
             ("load_dataset: Arrow preparation", [*step, "load"]),
             ("load_dataset: cached", [*step, "load"]),
             ("with_format(torch) + DataLoader (train)", [*step, "loader"]),
-            ("stz push (loopback Hub)", ["stz", "push", zoo, REPO]),
+            ("stz push (loopback Hub)", [stz, "push", zoo, REPO]),
             ("load_dataset from the Hub (fresh)", [*step, "hub-load"]),
             ("streaming the train split from the Hub", [*step, "stream"])]
-    plan += [(f"stz bench --protocol {p}", ["stz", "bench", zoo, "--config", CONFIG, "--protocol", p, *BENCH,
+    plan += [(f"stz bench --protocol {p}", [stz, "bench", zoo, "--config", CONFIG, "--protocol", p, *BENCH,
                                             "--models", *models, "--out", str(work / f"bench-{p}")])
              for p, models in benches]
     plan += [("stz score (full submission) + merge", [*step, "score"]),
-             ("stz leaderboard (render)", ["stz", "leaderboard", str(work / "leaderboard.json"), "--markdown",
+             ("stz leaderboard (render)", [stz, "leaderboard", str(work / "leaderboard.json"), "--markdown",
                                            str(work / "leaderboard.md")]),
-             ("stz info", ["stz", "info", zoo, "--config", CONFIG]),
+             ("stz info", [stz, "info", zoo, "--config", CONFIG]),
              ("Zoo.select (filtered, metadata only)", [*step, "select"]),
-             ("stz card", ["stz", "card", zoo])]
+             ("stz card", [stz, "card", zoo])]
     if only:
         plan = [(label, command) for label, command in plan if label == "write the release and its zip"
                 or any(label.startswith(prefix) for prefix in only)]

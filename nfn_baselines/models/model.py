@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from small_transformer_zoo.format.architecture import COMPONENTS, ArchitectureSpec
+from small_transformer_zoo.weights.canonical import canonicalize_interfaces_params
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 from .invariant_stats import feature_count, invariant_statistics
@@ -88,11 +89,15 @@ class TransformerNFN(nn.Module):
     `recipe="paper"` is the authors' model term by term (docs/design.md section 8): sums over heads and indices
     instead of means, a LayerNorm per block after the invariant layer, the encoder head with its LayerNorms
     (`normed_head`), three Linear -> ReLU layers over the classifier and one Linear layer over the embedding.
+
+    `interfaces=True` first puts the features between blocks in their canonical order
+    (`canonicalize_interfaces`), so the output is invariant to the interface permutations as well as to the paper's
+    group: the full symmetry group of the zoo's networks.
     """
 
     def __init__(self, spec: ArchitectureSpec, channels: int = 10, hidden: int = 10, num_layers: int = 1,
                  components: Sequence[str] = COMPONENTS, outputs: int = 1, head_dropout: float = 0.0,
-                 statistics: bool = False, recipe: str = "package") -> None:
+                 statistics: bool = False, recipe: str = "package", interfaces: bool = False) -> None:
         super().__init__()
         unknown = sorted(set(components) - set(COMPONENTS))
         if unknown or not components:
@@ -100,7 +105,7 @@ class TransformerNFN(nn.Module):
         if recipe not in RECIPES:
             raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES)}")
         paper = recipe == "paper"
-        self.spec, self.outputs, self.statistics = spec, outputs, statistics
+        self.spec, self.outputs, self.statistics, self.interfaces = spec, outputs, statistics, interfaces
         self.components = tuple(c for c in spec.stored_components if c in components)
         if not self.components:
             raise ValueError(f"a {spec.modality} checkpoint holds no weights of components {list(components)} (a text "
@@ -139,7 +144,14 @@ class TransformerNFN(nn.Module):
 
     @torch.no_grad()
     def prepare(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Packed weights [N, n_params] -> this model's inputs: the weights, and the statistics for the hybrid."""
+        """Packed weights [N, n_params] -> this model's inputs (`inputs`), computed once with no gradient."""
+        return self.inputs(params)
+
+    def inputs(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The weights (their interfaces in canonical order where `interfaces`), and the statistics for the
+        hybrid."""
+        if self.interfaces:
+            params = canonicalize_interfaces_params(params, self.spec)
         if not self.statistics:
             return (params,)
         return params, invariant_statistics(TransformerWeights.from_params(params, self.spec), self.components)
@@ -161,7 +173,7 @@ class TransformerNFN(nn.Module):
     def forward_logits(self, weights: TransformerWeights) -> torch.Tensor:
         self.check(weights)
         params = weights.to_params()
-        return self.forward_prepared(*self.prepare(params)) if self.statistics else self.forward_prepared(params)
+        return self.forward_prepared(*self.inputs(params))
 
     def forward(self, weights: TransformerWeights) -> torch.Tensor:
         """Predicted accuracy in (0, 1), shape [batch] (a single-output model)."""

@@ -87,13 +87,14 @@ def floor_predictors() -> list[str]:
     return [name for name, p in PREDICTORS.items() if p.kind == "floor" and p.default]
 
 
-def _transformer_nfn(statistics: bool) -> Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.Module]:
+def _transformer_nfn(statistics: bool, interfaces: bool = False
+                     ) -> Callable[[ArchitectureSpec, Mapping[str, Any], int], nn.Module]:
     def build(spec: ArchitectureSpec, s: Mapping[str, Any], outputs: int) -> nn.Module:
         from .model import TransformerNFN
 
         return TransformerNFN(spec, channels=s["channels"], hidden=s["hidden"], num_layers=s["layers"],
                               components=s["components"], outputs=outputs, head_dropout=s["head_dropout"],
-                              statistics=statistics, recipe=s.get("recipe", "package"))
+                              statistics=statistics, recipe=s.get("recipe", "package"), interfaces=interfaces)
     return build
 
 
@@ -143,6 +144,10 @@ register_predictor(Predictor(
     "(docs/design.md section 8)", build=_transformer_nfn(False), settings={**NFN, "recipe": "paper"},
     invariant=True, default=False,
     training={"epochs": 50, "warmup_epochs": 10, "batch_size": 16, "lr": 1e-3, "weight_decay": 0.0}))
+register_predictor(Predictor(
+    "transformer_nfn_interfaces", "neural", "Transformer-NFN fed the features between blocks in a canonical order, "
+    "so that it is invariant to the interface permutations as well as the paper's group (docs/design.md section 8)",
+    build=_transformer_nfn(False, interfaces=True), settings=NFN, invariant=True, default=False))
 register_predictor(Predictor(
     "nfn_hybrid", "neural", "Transformer-NFN with a branch over the invariant statistics before its head",
     build=_transformer_nfn(True), settings=NFN, invariant=True))

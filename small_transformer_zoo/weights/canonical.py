@@ -13,6 +13,13 @@ weights for every group element g, and the representative computes the same func
    positive, which a permutation of VO_i's columns does not move.
 4. Heads sorted by `|QK_i|_F + |VO_i|_F`.
 
+`canonicalize_interfaces` fixes the symmetry the paper's group leaves out (`symmetry.InterfaceElement`): the D
+features block i hands on are sorted by `|W_B[:, j]|^2 + b_B[j]^2`, which the paper's group leaves alone (pi_A
+only reorders W_B's rows) and which an interface permutation moves with the features; whatever reads them (the
+next block's W_q, W_k, W_v rows, or the classifier's first layer) is reordered the same way. The paper's group
+and the interface permutations act on different indices, so the two forms compose: the interface form of g . W
+is g applied to the interface form of W.
+
 The scores are continuous functions of the weights: for generic checkpoints no two are equal, and the form is
 unique. Where two are exactly equal (say, two identical hidden units) any order is a valid representative and
 the function is the same; only canonical forms near such ties are sensitive to round-off. Computed in float64,
@@ -20,6 +27,8 @@ returned in the input's dtype; the embedding and the classifier, which the group
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -31,6 +40,28 @@ def canonicalize(weights: TransformerWeights) -> TransformerWeights:
     """Every checkpoint of the batch in its canonical form (any number of channels)."""
     return TransformerWeights(weights.spec, [canonical_block(block) for block in weights.blocks],
                               dict(weights.embedding), dict(weights.classifier))
+
+
+def canonicalize_interfaces(weights: TransformerWeights) -> TransformerWeights:
+    """Every checkpoint of the batch with the features between blocks in canonical order (module docstring);
+    the function it computes is unchanged."""
+    blocks, order = [], None
+    for block in weights.blocks:
+        if order is not None:
+            block = replace(block, W_q=_take(block.W_q, order, -2), W_k=_take(block.W_k, order, -2),
+                            W_v=_take(block.W_v, order, -2))
+        x_b, b_b = block.W_B.to(torch.float64), block.b_B.to(torch.float64)
+        order = (x_b.pow(2).sum(-2) + b_b.pow(2)).argsort(dim=-1)
+        blocks.append(replace(block, W_B=_take(block.W_B, order, -1), b_B=_take(block.b_B, order, -1)))
+    classifier = dict(weights.classifier)
+    if order is not None:
+        classifier["classifier.fc1.weight"] = _take(classifier["classifier.fc1.weight"], order, -1)
+    return TransformerWeights(weights.spec, blocks, dict(weights.embedding), classifier)
+
+
+def canonicalize_interfaces_params(params: torch.Tensor, spec: ArchitectureSpec) -> torch.Tensor:
+    """Packed rows [B, n_params] with their interfaces in canonical order (`canonicalize_interfaces`)."""
+    return canonicalize_interfaces(TransformerWeights.from_params(params, spec)).to_params().to(params.dtype)
 
 
 def canonicalize_params(params: torch.Tensor, spec: ArchitectureSpec) -> torch.Tensor:

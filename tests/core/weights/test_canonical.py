@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
-from small_transformer_zoo.weights.canonical import canonicalize, canonicalize_params
-from small_transformer_zoo.weights.symmetry import sample_group_element
+from small_transformer_zoo.weights.canonical import (canonicalize, canonicalize_interfaces,
+                                                   canonicalize_interfaces_params, canonicalize_params)
+from small_transformer_zoo.weights.symmetry import sample_group_element, sample_interface_element
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 from tests.helpers import TEXT, briefly_trained, random_inputs, transformed_copy
 
@@ -55,3 +56,32 @@ def test_the_canonical_checkpoint_computes_the_same_logits(spec: ArchitectureSpe
     x = random_inputs(spec, 16, torch.Generator().manual_seed(5))
     with torch.no_grad():
         assert torch.allclose(transformed_copy(model, canonical)(x), model(x), atol=1e-10, rtol=0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(spec_index=st.integers(0, 1), weight_seed=st.integers(0, 10_000), group_seed=st.integers(0, 10_000))
+def test_the_interface_form_forgets_the_interface_permutations_and_commutes_with_the_group(
+        spec_index: int, weight_seed: int, group_seed: int) -> None:
+    """Permuting the features between blocks leaves the interface form exactly as it was; a paper-group element
+    moves the form as it moves the weights (the two act on different indices)."""
+    spec = SPECS[spec_index]
+    weights = _weights(spec, weight_seed)
+    generator = torch.Generator().manual_seed(group_seed)
+    permuted = sample_interface_element(spec, generator).act(weights)
+    assert _distance(permuted, weights) > 1e-3, "the interface element must actually move the weights"
+    assert torch.equal(canonicalize_interfaces(permuted).to_params(), canonicalize_interfaces(weights).to_params())
+    g = sample_group_element(spec, generator, 5.0)
+    assert _distance(canonicalize_interfaces(g.act(weights)), g.act(canonicalize_interfaces(weights))) < 1e-10
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["vision", "text"])
+def test_the_interface_form_computes_the_same_logits(spec: ArchitectureSpec) -> None:
+    model = briefly_trained(spec)
+    state = model.state_dict()
+    ordered = canonicalize_interfaces(TransformerWeights.from_state_dict(state, spec)).state_dict(0)
+    assert max((ordered[k] - v).abs().max().item() for k, v in state.items()) > 1e-3
+    packed = canonicalize_interfaces_params(TransformerWeights.from_state_dict(state, spec).to_params(), spec)
+    assert torch.equal(packed, TransformerWeights.from_state_dict(ordered, spec).to_params())
+    x = random_inputs(spec, 16, torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert torch.allclose(transformed_copy(model, ordered)(x), model(x), atol=1e-10, rtol=0)

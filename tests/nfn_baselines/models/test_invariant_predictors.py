@@ -161,3 +161,27 @@ def test_probegen_reads_every_checkpoint_on_the_same_learned_probes() -> None:
     model.forward_logits(weights).sum().backward()
     assert model.codes.grad is not None and model.codes.grad.abs().sum() > 0
     assert all(p.grad is not None for p in model.generator.parameters())
+
+
+@settings(max_examples=8, deadline=None)
+@given(spec=st.one_of(SPECS, st.just(TEXT)), seed=st.integers(0, 10_000))
+def test_the_interface_nfn_is_invariant_under_randomize_all(spec: ArchitectureSpec, seed: int) -> None:
+    """`--randomize all` (every checkpoint moved by its own element of the paper's group and of the interface
+    permutations) leaves `transformer_nfn_interfaces` within float round-off in float64; it moves today's
+    Transformer-NFN, which reads the interfaces by position, and a change that is not a symmetry moves both."""
+    from small_transformer_zoo.weights.symmetry import randomize_params
+
+    weights = weights_of(spec, 3, seed)
+    params = weights.to_params()
+    moved = TransformerWeights.from_params(randomize_params(params, spec, "all", [f"c{i}" for i in range(3)],
+                                                            seed=seed), spec)
+    torch.manual_seed(seed)
+    extended = PREDICTORS["transformer_nfn_interfaces"].build(spec, PREDICTORS["transformer_nfn_interfaces"].settings,
+                                                              1).double().eval()
+    torch.manual_seed(seed)
+    plain = PREDICTORS["transformer_nfn"].build(spec, PREDICTORS["transformer_nfn"].settings, 1).double().eval()
+    base = extended.forward_logits(weights)
+    assert relative(extended.forward_logits(moved), base) < 1e-8
+    assert relative(plain.forward_logits(moved), plain.forward_logits(weights)) > 1e-6
+    assert relative(extended.forward_logits(not_a_symmetry(weights, seed)), base) > 1e-6
+    assert torch.equal(extended.prepare(params)[0], extended.inputs(params)[0])
