@@ -21,7 +21,8 @@ the zoos' figures, its interval from resampling each zoo's test runs (a stratifi
 runs). `run` and `interfaces` hold the same test runs, so the loss to the randomised interfaces is paired too. A
 difference whose interval holds 0 is "not decided", with the test runs that would decide it if the difference
 stayed as measured. Results land under OUT/<config>/<condition>/ as `stz bench` writes them, with a `scores.json`
-of the resampled figures; a stopped run resumes its finished fits, and `--render` trains nothing.
+of the resampled figures and each model's fit seconds; a scored condition is read back, not trained again
+(`--fresh` trains it again), a stopped run resumes its finished fits, and `--render` trains nothing.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ from nfn_baselines.models.metrics import paired_difference, percentile_interval 
 from small_transformer_zoo import Zoo  # noqa: E402
 from small_transformer_zoo.store.census import nearest_distances  # noqa: E402
 
-MODELS = ["transformer_nfn", "transformer_nfn_paper", "statnn", "statnn_invariant", "nearest_run", "hyperparameters"]
+MODELS = ["transformer_nfn", "transformer_nfn_paper", "transformer_nfn_interfaces", "statnn", "statnn_invariant",
+          "statnn_probe", "probegen", "nearest_run", "hyperparameters"]
 PAIRS = [("transformer_nfn", "statnn"), ("transformer_nfn_paper", "statnn"),
-         ("transformer_nfn_paper", "transformer_nfn"), ("statnn_invariant", "statnn"),
-         ("transformer_nfn", "hyperparameters"), ("statnn", "hyperparameters")]
+         ("transformer_nfn_paper", "transformer_nfn"), ("transformer_nfn_interfaces", "statnn"),
+         ("transformer_nfn_interfaces", "transformer_nfn"), ("probegen", "statnn"), ("statnn_probe", "statnn"),
+         ("statnn_invariant", "statnn"), ("transformer_nfn", "hyperparameters"), ("statnn", "hyperparameters")]
 CONDITIONS = {"run": {}, "interfaces": {"randomize": "interfaces"}, "family": {"split_by": "family"},
               "cutoff": {"where": {"test_accuracy": (0.1, 1.0)}}}
 CUTOFF = 0.1
@@ -87,10 +90,12 @@ def run_condition(root: str, config: str, condition: str, out: Path, args: argpa
     distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
     outcome = run_bench(zoo, request, out)
     print(outcome.markdown, flush=True)
+    seconds = json.loads(outcome.paths["json"].read_text()).get("fit_seconds", {})
     scores = {"config": config, "condition": condition, "runs": data.splits["test"].run_count,
               "within": float(np.mean(distances <= 0.01)), "median_distance": float(np.median(distances)),
               "quality": quality(zoo), "results": str(outcome.paths["json"]),
-              "models": {m: {"estimate": cells["tau"].estimate, "values": cells["tau"].values.tolist()}
+              "models": {m: {"estimate": cells["tau"].estimate, "values": cells["tau"].values.tolist(),
+                             "seconds": sum(seconds.get(m, {}).values())}
                          for m, cells in outcome.report.cells.items()}}
     (out / "scores.json").write_text(json.dumps(scores))
     return scores
@@ -134,6 +139,12 @@ def difference(a: list[dict], model_a: str, b: list[dict], model_b: str) -> dict
     return paired_difference(va, vb, ea, eb)
 
 
+def fit_seconds(rows: dict[str, list[dict]], model: str) -> str:
+    """A model's cost: its fits' training seconds over all seeds, the mean over the zoos and conditions shown."""
+    seconds = [s["models"][model].get("seconds", math.nan) for scores in rows.values() for s in scores]
+    return f"{np.mean(seconds):.0f} s to fit" if seconds and np.all(np.isfinite(seconds)) else "fit time not kept"
+
+
 def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
     lines = ["## Training quality (test accuracy of each run at the protocol's epoch)", "",
              "| zoo | runs | median [quartiles] | below 0.1 | above 0.5 |", "|---|---|---|---|---|"]
@@ -153,7 +164,8 @@ def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
                   "| test runs | " + " | ".join(str(runs[n]) for n in conditions) + " |",
                   "| test runs with a training run within 1% | " + " | ".join(
                       f"{100 * np.mean([s['within'] for s in rows[n]]):.0f}%" for n in conditions) + " |"]
-        lines += [f"| {m}, tau | " + " | ".join(figure(cell(rows[n], m)) for n in conditions) + " |" for m in models]
+        lines += [f"| {m}, tau ({fit_seconds(rows, m)}) | " + " | ".join(figure(cell(rows[n], m)) for n in conditions)
+                  + " |" for m in models]
         for a, b in PAIRS:
             if a in models and b in models:
                 cells = [difference(rows[n], a, rows[n], b) for n in conditions]
@@ -167,7 +179,7 @@ def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
                 lines.append(f"- {m}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
         if "run" in conditions:
             lines += ["", "Inside the `run` condition:", ""]
-            for a, b in PAIRS[:2]:
+            for a, b in PAIRS[:2] + [PAIRS[3], PAIRS[5]]:
                 if a in models and b in models:
                     d = difference(rows["run"], a, rows["run"], b)
                     lines.append(f"- {a} minus {b}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
@@ -215,19 +227,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30, help="epochs of the package's neural models")
     parser.add_argument("--paper-recipe", action="store_true", help="also train transformer_nfn_paper")
     parser.add_argument("--render", action="store_true", help="train nothing: the tables of what OUT holds")
+    parser.add_argument("--fresh", action="store_true", help="train every condition again, even one already scored")
     parser.add_argument("--plot", help="also draw tau per zoo and condition to this PNG")
     args = parser.parse_args()
     out = Path(args.out)
     table = {}
     for _, config, condition in plan(args):
         folder = out / config / condition
-        if not args.render:
-            table[(config, condition)] = run_condition(args.root, config, condition, folder, args)
-        elif (folder / "scores.json").is_file():
+        if (folder / "scores.json").is_file() and not args.fresh:
             table[(config, condition)] = json.loads((folder / "scores.json").read_text())
+        elif not args.render:
+            table[(config, condition)] = run_condition(args.root, config, condition, folder, args)
     shared = [c for c in args.shared if (c, "run") in table]
-    print(f"\n{args.seeds} seeds per model; tau over each condition's test runs (paper protocol), 95% intervals from "
-          f"1,000 bootstrap resamples of the test runs.\n")
+    print(f"\n{args.seeds} seeds per model, a fit's cost the training seconds of all its seeds; tau over each "
+          f"condition's test runs (paper protocol), 95% intervals from 1,000 bootstrap resamples of the test runs.\n")
     print(render(table, shared))
     if args.plot and table:
         print(f"\nwrote {plot(table, Path(args.plot))}")
