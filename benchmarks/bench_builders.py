@@ -38,6 +38,7 @@ import torch
 
 from common import PROJECT  # noqa: F401  (sets up the import path)
 
+from builders.memory import bytes_per_run
 from builders.placement import choose_group_size
 from builders.plan import training_flops_per_sample
 from builders.request import load_task_data
@@ -195,7 +196,7 @@ def group_size_sweep(args: argparse.Namespace) -> None:
         precision = "fp32" if label == "tf32" else label
         for size in args.group_sizes:
             try:
-                choose_group_size(size, device, spec, 128, precision, spec.num_tokens, 10, len(grid))
+                choose_group_size(size, device, spec, 128, precision, spec.num_tokens, 10, len(grid), crop=True)
             except ValueError as error:
                 print(f"  {label} {size:>5} runs: skipped ({error})")
                 continue
@@ -213,8 +214,10 @@ def group_size_sweep(args: argparse.Namespace) -> None:
             rate = flops / seconds
             if rate > best_rate.get(label, (0.0, 0))[0]:
                 best_rate[label] = (rate, size)
-            memory = (f"  peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
-                      if device.type == "cuda" else "")
+            estimate = size * bytes_per_run(spec, 128, precision, spec.num_tokens, device, crop=True)
+            memory = (f"  peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB, estimated "
+                      f"{estimate / 2**30:.1f} GiB" if device.type == "cuda" else
+                      f"  memory estimated {estimate / 2**30:.2f} GiB")
             print(f"  {label} {size:>5} runs: {size / seconds:9.1f} model-epochs/s  {rate / 1e12:7.3f} TFLOP/s  "
                   f"({rate / 1e9 / peaks[precision]:.1%} of {precision} matmul){memory}", flush=True)
             if device.type == "cuda":

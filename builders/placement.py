@@ -16,15 +16,14 @@ from small_transformer_zoo.devices import resolve_device, usable_cores
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 
 
-from .batched import GroupDropout, batched_logits, packed_views
 from .grid import OPTIMIZERS
+from .memory import bytes_per_run
 from .plan import Placement
 from .request import Build
-from .trainer import PRECISIONS, autocast
+from .trainer import PRECISIONS
 
 MAX_GROUP = 4096           # runs per group on an accelerator, at most
 MEMORY_HEADROOM = 0.85     # share of the free memory a build plans to use
-STATE_COPIES = 8           # weights, gradient, up to two optimizer states, the epoch's copy and update temporaries
 
 
 def check_precision(device: torch.device, precision: str) -> None:
@@ -53,49 +52,14 @@ def free_memory(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def activation_bytes_per_sample(spec: ArchitectureSpec, precision: str, tokens: int) -> int:
-    """Bytes autograd keeps for the backward pass per training sample, measured on one model with saved-tensor
-    hooks (each storage counted once), dropout on at every site."""
-    probe = 4
-    generator = torch.Generator().manual_seed(0)
-    packed = (torch.randn(1, spec.n_params, generator=generator) * 0.1).requires_grad_()
-    if spec.modality == "vision":
-        inputs = torch.randn(1, probe, spec.in_channels, spec.image_size, spec.image_size, generator=generator)
-        table = None
-    else:
-        inputs = torch.randint(1, spec.vocab_size, (1, probe, tokens), generator=generator)
-        table = torch.randn(spec.vocab_size, spec.d_model, generator=generator)
-    positions = torch.zeros(max(tokens, spec.num_tokens), spec.d_model)
-    dropout = GroupDropout([0.1], [generator], sites=2 * spec.num_blocks + 1)
-    dropout.draw((probe, tokens, spec.d_model))
-    storages: dict[int, int] = {}
-
-    def keep(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    hooks = torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor)
-    with hooks, autocast(torch.device("cpu"), precision):
-        batched_logits(spec, packed_views(spec, packed), inputs, positions, dropout, table)
-    storages.pop(packed.untyped_storage().data_ptr(), None)  # the weights themselves are counted as state
-    return sum(storages.values()) // probe
-
-
-def bytes_per_run(spec: ArchitectureSpec, batch_size: int, precision: str, tokens: int) -> int:
-    """Memory one run of a group needs while training: its weight-sized state, and twice the activations of a
-    batch (the backward pass's gradients are about as large as what it reads)."""
-    state = STATE_COPIES * 4 * spec.n_params
-    return state + 2 * batch_size * activation_bytes_per_sample(spec, precision, tokens)
-
-
 def choose_group_size(requested: int | str, device: torch.device, spec: ArchitectureSpec, batch_size: int,
                       precision: str, tokens: int, cpu_default: int, largest_family: int, workers: int = 1,
-                      free_bytes: int | None = None) -> int:
+                      free_bytes: int | None = None, crop: bool = False) -> int:
     """Runs per group: `auto` is the preset's size on a CPU and as many as fit (up to the largest optimizer
-    family, at most MAX_GROUP) on an accelerator; a number is checked against the free memory."""
+    family, at most MAX_GROUP) on an accelerator; a number is checked against the free memory. What a run needs
+    is measured on the device (`memory.bytes_per_run`)."""
     free = free_memory(device) if free_bytes is None else free_bytes
-    per_run = bytes_per_run(spec, batch_size, precision, tokens)
+    per_run = bytes_per_run(spec, batch_size, precision, tokens, device, crop)
     budget = int(free * MEMORY_HEADROOM) // max(1, workers)
     fits = budget // per_run
     gib = 1024 ** 3
@@ -124,6 +88,7 @@ def plan_placement(build: Build, free_bytes: int | None = None) -> Placement:
     tokens = spec.num_tokens if spec.modality == "vision" else data.train_x.shape[1]
     family = max(sum(r.optimizer == o for r in build.mine) for o in OPTIMIZERS)
     parallel = (request.workers or usable_cores()) if where.type == "cpu" else 1
+    crop = build.plan.augment and spec.modality == "vision"
     size = choose_group_size(request.group_size, where, spec, build.plan.batch_size, build.plan.precision, tokens,
-                             request.preset.group_size, family, parallel, free_bytes)
+                             request.preset.group_size, family, parallel, free_bytes, crop)
     return Placement(where, size, request.workers)

@@ -86,17 +86,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def cmd_import_original(args: argparse.Namespace) -> int:
+def _checkpoint_bar(label: str, off: bool) -> tuple[Any, Callable[[int, int], None]]:
+    """A bar over checkpoints on stderr (none when `off` or not a terminal), and the progress callback that moves
+    it."""
     from tqdm import tqdm
 
-    from .original import import_original
-
-    bar = tqdm(desc="import", unit="ckpt", file=sys.stderr, disable=args.no_progress or not sys.stderr.isatty())
+    bar = tqdm(desc=label, unit="ckpt", file=sys.stderr, disable=off or not sys.stderr.isatty())
 
     def progress(done: int, total: int) -> None:
         bar.total = total
         bar.update(done - bar.n)
+    return bar, progress
 
+
+def cmd_import_original(args: argparse.Namespace) -> int:
+    from .original import import_original
+
+    bar, progress = _checkpoint_bar("import", args.no_progress)
     result = import_original(args.source, args.out, args.config, task=args.task, shard_size=args.shard_size,
                              overwrite=args.overwrite, progress=progress, split_by=args.split_by)
     bar.close()
@@ -111,16 +117,9 @@ def cmd_import_original(args: argparse.Namespace) -> int:
 
 
 def cmd_export_original(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from .original.exporter import export_original
 
-    bar = tqdm(desc="export", unit="ckpt", file=sys.stderr, disable=args.no_progress or not sys.stderr.isatty())
-
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
+    bar, progress = _checkpoint_bar("export", args.no_progress)
     result = export_original(args.root, args.config, args.out, as_zip=args.zip, overwrite=args.overwrite,
                              progress=progress)
     bar.close()

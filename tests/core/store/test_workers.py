@@ -41,12 +41,7 @@ def test_a_shard_changed_after_pickling_is_caught_in_the_worker(zoo_copy: Path) 
     with Zoo.open(zoo_copy, "syn") as zoo:
         weights = zoo.split_weights("train")
         raw = pickle.dumps(WeightSpaceDataset(weights))
-        source = weights.sources[0]
-        with open(source.path, "r+b") as handle:  # one weight of the shard's first row, changed in place
-            handle.seek(source.data_start)
-            value = handle.read(1)
-            handle.seek(source.data_start)
-            handle.write(bytes([value[0] ^ 0x01]))
+        _damage_first_row(weights)
         again = pickle.loads(raw)
         assert again.weights.watch.changed()
         first = int(torch.nonzero(torch.from_numpy(again.weights.global_rows) == 0)[0])
