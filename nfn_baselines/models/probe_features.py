@@ -10,6 +10,9 @@ not grow with the probe count.
 
 from __future__ import annotations
 
+import threading
+from functools import lru_cache
+
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -46,10 +49,24 @@ class _Probed(nn.Module):
         return self.network.forward_embedded(probes) if self.embedded else self.network(probes)
 
 
+def probed_network(spec: ArchitectureSpec, dtype: torch.dtype, device: torch.device) -> _Probed:
+    """The network every checkpoint's weights are passed to (`functional_call`), made once per spec, dtype, device
+    and thread (`functional_call` swaps the module's tensors while it runs); making it draws its default
+    initialisation from a forked generator, so the caller's random stream is the same whether it was made before
+    or not, and no draw happens inside a vmap."""
+    return _probed_network(spec, dtype, torch.device(device), threading.get_ident())
+
+
+@lru_cache(maxsize=16)
+def _probed_network(spec: ArchitectureSpec, dtype: torch.dtype, device: torch.device, thread: int) -> _Probed:
+    with torch.random.fork_rng(devices=[]):
+        return _Probed(spec).to(device=device, dtype=dtype).eval()
+
+
 def probe_logits(weights: TransformerWeights, probes: torch.Tensor) -> torch.Tensor:
     """Every checkpoint's logits on every probe: [batch, probes, classes], in the weights' dtype."""
     dtype = weights.blocks[0].W_q.dtype
-    probed = _Probed(weights.spec).to(device=probes.device, dtype=dtype).eval()
+    probed = probed_network(weights.spec, dtype, probes.device)
     state = {f"network.{name}": tensor for name, tensor in weights.to_state_dicts().items()}
     probes = probes.to(dtype)
 

@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
-from .probe_features import _Probed
+from .probe_features import probed_network
 
 PROBES = 32
 LATENT = 16
@@ -40,7 +40,7 @@ def batched_probe_logits(weights: TransformerWeights, probes: torch.Tensor) -> t
     """Every checkpoint's logits on every probe, [batch, probes, classes], differentiable in the probes and the
     weights."""
     dtype = weights.blocks[0].W_q.dtype
-    probed = _Probed(weights.spec).to(device=probes.device, dtype=dtype).eval()
+    probed = probed_network(weights.spec, dtype, probes.device)
     state = {f"network.{name}": tensor for name, tensor in weights.to_state_dicts().items()}
     probes = probes.to(dtype)
     try:

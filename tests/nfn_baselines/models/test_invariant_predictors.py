@@ -185,3 +185,20 @@ def test_the_interface_nfn_is_invariant_under_randomize_all(spec: ArchitectureSp
     assert relative(plain.forward_logits(moved), plain.forward_logits(weights)) > 1e-6
     assert relative(extended.forward_logits(not_a_symmetry(weights, seed)), base) > 1e-6
     assert torch.equal(extended.prepare(params)[0], extended.inputs(params)[0])
+
+
+def test_probegen_trains_with_its_seeds_batched_and_leaves_the_random_stream_alone() -> None:
+    """Several seeds of ProbeGen train together (the trainer's vmap over models), and a forward pass draws nothing
+    from torch's global generator: the network the weights are passed to is made once, from a forked one."""
+    from nfn_baselines.models.train import TrainConfig, train_predictors
+
+    generator = torch.Generator().manual_seed(0)
+    rows = lambda n: (torch.randn(n, ZOO.n_params, generator=generator) * 0.1,  # noqa: E731
+                      torch.rand(n, generator=generator))
+    models = [ProbeGen(ZOO, probes=4) for _ in range(2)]
+    state = torch.get_rng_state()
+    models[0].forward_logits(weights_of(ZOO, 2, 1).to(torch.float32))
+    assert torch.equal(torch.get_rng_state(), state)
+    results = train_predictors(models, ZOO, rows(12), rows(6), [TrainConfig(epochs=2, warmup_epochs=0, seed=s)
+                                                                for s in range(2)])
+    assert len(results) == 2 and all(r.best_epoch in (1, 2) for r in results)
