@@ -32,7 +32,12 @@ def test_readme_has_examples_and_the_two_quickstart_commands() -> None:
     commands = re.findall(r"```bash\n(.*?)\n```", README.split("## Quickstart")[1].split("## ")[0], flags=re.S)
     assert len(commands) == 2
     assert commands[0].endswith("stz quickstart") and commands[1].endswith("python -m pytest")
-    assert commands[1] in (PROJECT / ".ci" / "run").read_text(), ".ci/run must run the README's test command"
+    ci = (PROJECT / ".ci" / "run").read_text()
+    steps = commands[1].split(" && ")
+    setup, tests = " && ".join(steps[:-1]), steps[-1]
+    assert setup in ci, ".ci/run must set up as the README's test command does"
+    assert re.search(rf"^[^#\n]*{re.escape(tests)}$", ci[ci.index(setup):], flags=re.M), \
+        ".ci/run must then run the README's test command"
 
 
 @pytest.mark.slow

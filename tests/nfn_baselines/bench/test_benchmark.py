@@ -367,8 +367,9 @@ def test_stz_bench_tables_carry_the_floors(learnable_zoo: Path, tmp_path: Path,
 @pytest.mark.slow
 def test_a_table_says_what_it_cannot_support(learnable_zoo: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """A threshold column resting on fewer than 10 test runs prints "too few runs (n)"; a one-seed table says
-    so and has no seed-spread column; the best model is not in its own tied list."""
+    """A threshold column resting on fewer than 10 test runs is left out of the table, named with its run count in
+    a note, and kept in the results JSON flagged `too_few_runs`; a one-seed table says so and has no seed-spread
+    column; the best model is not in its own tied list."""
     from small_transformer_zoo import Zoo
     from small_transformer_zoo.cli import main
 
@@ -381,7 +382,13 @@ def test_a_table_says_what_it_cannot_support(learnable_zoo: Path, tmp_path: Path
                  "--no-floors", "--seeds", "1", "--resamples", "100", "--thresholds", repr(threshold),
                  "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
-    assert f"too few runs ({runs})" in table and "fewer than 10 test runs" in table
+    title = f"tau (acc >= {threshold:.6g})"
+    note = re.search(r"Not shown, resting on fewer than 10 test runs: (.+) \(in the results JSON\)\.", table)
+    assert note and f"{title} ({runs})" in note.group(1)
+    assert not any(title in line for line in table.splitlines() if line.startswith("| model"))
+    saved = json.loads((tmp_path / "learnable-bench.json").read_text())
+    cells = [model["columns"][f"tau@{threshold:.6g}"] for model in saved["models"].values()]
+    assert all(cell["too_few_runs"] and cell["runs"] == runs for cell in cells)
     assert "1 seed," in table and "mean over seeds" not in table and "seed sd" not in table
     best = re.search(r"Best: (\w+); tied with it \(paired interval of the difference holds 0\): ([^.]+)\.", table)
     assert best and best.group(1) not in best.group(2).split(", ")
