@@ -1,8 +1,9 @@
 """Where Transformer-NFN's standing against STATNN comes from: one plan built under every seed policy (shared with
 several base seeds), each zoo benchmarked under the conditions that could refute an answer.
 
-    python benchmarks/seeding_experiment.py ZOO_ROOT --out DIR --per-run CONFIG --shared CONFIG [CONFIG ...] \
-        [--shared-init CONFIG] [--shared-data CONFIG] [--seeds 3] [--paper-recipe]
+    python benchmarks/seeding_experiment.py ZOO_ROOT --out DIR --per-run CONFIG [--shared CONFIG ...] \
+        [--shared-init CONFIG] [--shared-data CONFIG] [--seeds 3] [--paper-recipe] [--models M ...] \
+        [--conditions C ...]
 
 Conditions (each `stz bench --protocol paper` on the same models and seeds):
 
@@ -67,6 +68,11 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     return out
 
 
+def chosen_models(args: argparse.Namespace) -> list[str]:
+    """The models a condition trains: `--models`, else all of MODELS (the paper recipe only with `--paper-recipe`)."""
+    return args.models or [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
+
+
 def quality(zoo: Zoo) -> dict[str, float]:
     """Test accuracy of the zoo's runs at the paper protocol's epoch: quartiles, and the share below the cut-off."""
     epoch = paper_epoch(zoo)
@@ -83,8 +89,7 @@ def quality(zoo: Zoo) -> dict[str, float]:
 def run_condition(root: str, config: str, condition: str, out: Path, args: argparse.Namespace) -> dict:
     """One (zoo, condition): the benchmark, its near-clone census and every model's resampled tau, stored."""
     zoo = Zoo.open(root, config)
-    models = [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
-    request = BenchRequest(models=models, seeds=args.seeds, epochs=args.epochs, protocol="paper", thresholds=(),
+    request = BenchRequest(models=chosen_models(args), seeds=args.seeds, epochs=args.epochs, protocol="paper", thresholds=(),
                            **CONDITIONS[condition])
     data = read_bench_data(zoo, request.data_selection())
     distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
@@ -139,9 +144,15 @@ def difference(a: list[dict], model_a: str, b: list[dict], model_b: str) -> dict
     return paired_difference(va, vb, ea, eb)
 
 
+def trained(scores: list[dict], model: str) -> bool:
+    return all(model in s["models"] for s in scores)
+
+
 def fit_seconds(rows: dict[str, list[dict]], model: str) -> str:
-    """A model's cost: its fits' training seconds over all seeds, the mean over the zoos and conditions shown."""
-    seconds = [s["models"][model].get("seconds", math.nan) for scores in rows.values() for s in scores]
+    """A model's cost: its fits' training seconds over all seeds, the mean over the zoos and conditions that
+    trained it."""
+    seconds = [s["models"][model].get("seconds", math.nan) for scores in rows.values() if trained(scores, model)
+               for s in scores]
     return f"{np.mean(seconds):.0f} s to fit" if seconds and np.all(np.isfinite(seconds)) else "fit time not kept"
 
 
@@ -159,28 +170,30 @@ def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
         conditions = [n for n in CONDITIONS if all((c, n) in table for c in configs)]
         rows = {n: [table[(c, n)] for c in configs] for n in conditions}
         runs = {n: sum(s["runs"] for s in rows[n]) for n in conditions}
-        models = [m for m in MODELS if all(m in s["models"] for n in conditions for s in rows[n])]
+        models = [m for m in MODELS if any(trained(rows[n], m) for n in conditions)]
         lines += ["", f"## {title}", "", "| | " + " | ".join(conditions) + " |", "|---|" + "---|" * len(conditions),
                   "| test runs | " + " | ".join(str(runs[n]) for n in conditions) + " |",
                   "| test runs with a training run within 1% | " + " | ".join(
                       f"{100 * np.mean([s['within'] for s in rows[n]]):.0f}%" for n in conditions) + " |"]
-        lines += [f"| {m}, tau ({fit_seconds(rows, m)}) | " + " | ".join(figure(cell(rows[n], m)) for n in conditions)
-                  + " |" for m in models]
+        lines += [f"| {m}, tau ({fit_seconds(rows, m)}) | " + " | ".join(
+            figure(cell(rows[n], m)) if trained(rows[n], m) else "not trained" for n in conditions) + " |"
+            for m in models]
         for a, b in PAIRS:
-            if a in models and b in models:
-                cells = [difference(rows[n], a, rows[n], b) for n in conditions]
+            cells = [difference(rows[n], a, rows[n], b) if trained(rows[n], a) and trained(rows[n], b) else None
+                     for n in conditions]
+            if any(cells):
                 lines.append(f"| {a} minus {b} | " + " | ".join(
-                    figure(d, "+") + ("" if not d["tied"] else ", tied") for d in cells) + " |")
+                    "-" if d is None else figure(d, "+") + ("" if not d["tied"] else ", tied") for d in cells) + " |")
         if "interfaces" in conditions:
             lines += ["", f"Loss to the randomised interfaces (tau under `run` minus under `interfaces`, the same "
                           f"{runs['run']} test runs, paired):", ""]
-            for m in models:
+            for m in [m for m in models if trained(rows["run"], m) and trained(rows["interfaces"], m)]:
                 d = difference(rows["run"], m, rows["interfaces"], m)
                 lines.append(f"- {m}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
         if "run" in conditions:
             lines += ["", "Inside the `run` condition:", ""]
-            for a, b in PAIRS[:2] + [PAIRS[3], PAIRS[5]]:
-                if a in models and b in models:
+            for a, b in PAIRS[:2] + [PAIRS[3], PAIRS[5], PAIRS[6]]:
+                if trained(rows["run"], a) and trained(rows["run"], b):
                     d = difference(rows["run"], a, rows["run"], b)
                     lines.append(f"- {a} minus {b}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
     return "\n".join(lines)
@@ -220,12 +233,16 @@ def main() -> None:
     parser.add_argument("root")
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-run", required=True, help="config of the per-run-seed zoo")
-    parser.add_argument("--shared", nargs="+", required=True, help="configs of the shared-seed zoos (one per base seed)")
+    parser.add_argument("--shared", nargs="*", default=[], help="configs of the shared-seed zoos (one per base seed)")
     parser.add_argument("--shared-init", help="config of the zoo built with --seed-policy shared-init")
     parser.add_argument("--shared-data", help="config of the zoo built with --seed-policy shared-data")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=30, help="epochs of the package's neural models")
     parser.add_argument("--paper-recipe", action="store_true", help="also train transformer_nfn_paper")
+    parser.add_argument("--models", nargs="+", choices=MODELS, help="train only these (default: all)")
+    parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS),
+                        help="only these conditions (default: all that apply to each zoo); those already scored "
+                             "are always read back and shown")
     parser.add_argument("--render", action="store_true", help="train nothing: the tables of what OUT holds")
     parser.add_argument("--fresh", action="store_true", help="train every condition again, even one already scored")
     parser.add_argument("--plot", help="also draw tau per zoo and condition to this PNG")
@@ -236,7 +253,7 @@ def main() -> None:
         folder = out / config / condition
         if (folder / "scores.json").is_file() and not args.fresh:
             table[(config, condition)] = json.loads((folder / "scores.json").read_text())
-        elif not args.render:
+        elif not args.render and (not args.conditions or condition in args.conditions):
             table[(config, condition)] = run_condition(args.root, config, condition, folder, args)
     shared = [c for c in args.shared if (c, "run") in table]
     print(f"\n{args.seeds} seeds per model, a fit's cost the training seconds of all its seeds; tau over each "

@@ -14,7 +14,10 @@ process disturbs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -73,11 +76,26 @@ def group_peak_bytes(spec: ArchitectureSpec, runs: int, batch_size: int, precisi
     return _cpu_peak(train)
 
 
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null: the profiler's native library writes a line to it at every start and
+    stop, which no setting turns off, and a build's output should not carry them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _cpu_peak(work: Callable[[], None]) -> int:
     """The highest running total of the CPU allocator's allocations minus frees while `work` runs."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
         work()
     total = peak = 0
     for event in sorted(recorded.events(), key=lambda e: e.time_range.start):

@@ -1,6 +1,9 @@
 """The builder's device code path on the CPU: an explicit device, bf16 autocast, hashed dropout masks (the
 accelerator's source), the memory a run needs, measured, and group sizes from a given free-memory figure, and the same zoo whatever the group size."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +63,6 @@ def peak_rss_of_a_group(runs: int, batch: int) -> int:
     """The rise of a fresh process's peak RSS while a group of Adam runs takes two steps with crops: the operating
     system's count, independent of the allocator figures the builder measures with (glibc told to map every block
     of 64 KiB or more on its own, so freed memory leaves the RSS)."""
-    import os
-    import subprocess
     import sys
 
     if not Path("/proc/self/clear_refs").exists():
@@ -85,6 +86,17 @@ def test_the_memory_per_run_is_measured_and_predicts_a_larger_groups_peak() -> N
         assert abs(runs * per_run - measured) <= 0.25 * measured, (runs * per_run, allocated, rss)
     assert bytes_per_run(spec, 128, "bf16", spec.num_tokens, cpu, crop=True) < per_run, \
         "bf16 activations are smaller, so a bf16 run needs less"
+
+
+def test_measuring_a_run_prints_nothing_and_leaves_stderr_working() -> None:
+    """The profiler's native start and stop lines do not reach a build's output, and what is written to the standard
+    error after the measurement still arrives."""
+    code = ("import sys; import torch; from builders.memory import bytes_per_run; "
+            "from small_transformer_zoo.format.architecture import mnist_spec; spec = mnist_spec(); "
+            "figure = bytes_per_run(spec, 8, 'fp32', spec.num_tokens, torch.device('cpu')); "
+            "print('after', file=sys.stderr); print(figure)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT, check=True)
+    assert done.stderr == "after\n" and int(done.stdout) > 0
 
 
 def test_group_sizes_follow_the_free_memory_figure() -> None:
@@ -219,8 +231,6 @@ def test_identical_builds_write_identical_bytes_readable_by_the_team(tmp_path) -
     headers; only zoo.json differs, by its creation time), and every file is created with the process umask (0644
     under 022), not mkstemp's 0600."""
     import hashlib
-    import os
-    import subprocess
     import sys
 
 
@@ -260,8 +270,6 @@ def test_hashed_dropout_training_does_not_depend_on_the_group(small_data) -> Non
 
 
 def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    import os
-    import subprocess
     import sys
 
     from small_transformer_zoo.cli import main
