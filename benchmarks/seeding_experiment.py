@@ -148,6 +148,39 @@ def trained(scores: list[dict], model: str) -> bool:
     return all(model in s["models"] for s in scores)
 
 
+def gap_between(a: list[dict], b: list[dict], model: str, reference: str) -> dict:
+    """(model minus reference) on the zoos `a` minus the same on the zoos `b`: unpaired, since the zoos are
+    independent populations, so `b`'s resamples are taken in a shuffled order (a fixed seed) before subtracting."""
+    (ea, va), (er, vr) = combine(a, model), combine(a, reference)
+    (eb, vb), (es, vs) = combine(b, model), combine(b, reference)
+    order = np.random.default_rng(1).permutation(len(vb))
+    return paired_difference(va - vr, (vb - vs)[order], ea - er, eb - es)
+
+
+def between_zoos(table: dict[tuple[str, str], dict], per_run: str, shared: list[str]) -> list[str]:
+    """How much a gap between two models changes from the per-run zoo to the shared zoos (pooled), per condition."""
+    lines = []
+    for condition in CONDITIONS:
+        if (per_run, condition) not in table or not all((c, condition) in table for c in shared):
+            continue
+        a, b = [table[(c, condition)] for c in shared], [table[(per_run, condition)]]
+        for model, reference in [PAIRS[0], ("transformer_nfn", "hyperparameters"), ("statnn", "hyperparameters")]:
+            if trained(a, model) and trained(a, reference) and trained(b, model) and trained(b, reference):
+                d = gap_between(a, b, model, reference)
+                shared_runs, per_run_runs = sum(s["runs"] for s in a), b[0]["runs"]
+                verdict = runs_to_decide(d, shared_runs)
+                if verdict.startswith("not decided (about"):
+                    scale = ((d["high"] - d["low"]) / 2 / abs(d["estimate"])) ** 2
+                    verdict = (f"not decided (about {math.ceil(shared_runs * scale):,} shared and "
+                               f"{math.ceil(per_run_runs * scale):,} per-run test runs would decide it)")
+                lines.append(f"- `{condition}`, ({model} minus {reference}) on the shared zoos minus on the per-run "
+                             f"zoo: {figure(d, '+')}: {verdict}")
+    if not lines:
+        return []
+    return ["", f"## Between the per-run zoo and the shared zoos pooled over {len(shared)} base seeds", "",
+            "Unpaired (independent populations; each zoo's test runs resampled on their own):", "", *lines]
+
+
 def fit_seconds(rows: dict[str, list[dict]], model: str) -> str:
     """A model's cost: its fits' training seconds over all seeds, the mean over the zoos and conditions that
     trained it."""
@@ -156,7 +189,7 @@ def fit_seconds(rows: dict[str, list[dict]], model: str) -> str:
     return f"{np.mean(seconds):.0f} s to fit" if seconds and np.all(np.isfinite(seconds)) else "fit time not kept"
 
 
-def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
+def render(table: dict[tuple[str, str], dict], shared: list[str], per_run: str) -> str:
     lines = ["## Training quality (test accuracy of each run at the protocol's epoch)", "",
              "| zoo | runs | median [quartiles] | below 0.1 | above 0.5 |", "|---|---|---|---|---|"]
     for config in dict.fromkeys(c for c, _ in table):
@@ -196,6 +229,8 @@ def render(table: dict[tuple[str, str], dict], shared: list[str]) -> str:
                 if trained(rows["run"], a) and trained(rows["run"], b):
                     d = difference(rows["run"], a, rows["run"], b)
                     lines.append(f"- {a} minus {b}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
+    if shared:
+        lines += between_zoos(table, per_run, shared)
     return "\n".join(lines)
 
 
@@ -258,7 +293,7 @@ def main() -> None:
     shared = [c for c in args.shared if (c, "run") in table]
     print(f"\n{args.seeds} seeds per model, a fit's cost the training seconds of all its seeds; tau over each "
           f"condition's test runs (paper protocol), 95% intervals from 1,000 bootstrap resamples of the test runs.\n")
-    print(render(table, shared))
+    print(render(table, shared, args.per_run))
     if args.plot and table:
         print(f"\nwrote {plot(table, Path(args.plot))}")
 
