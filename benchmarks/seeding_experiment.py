@@ -89,8 +89,8 @@ def quality(zoo: Zoo) -> dict[str, float]:
 def run_condition(root: str, config: str, condition: str, out: Path, args: argparse.Namespace) -> dict:
     """One (zoo, condition): the benchmark, its near-clone census and every model's resampled tau, stored."""
     zoo = Zoo.open(root, config)
-    request = BenchRequest(models=chosen_models(args), seeds=args.seeds, epochs=args.epochs, protocol="paper", thresholds=(),
-                           **CONDITIONS[condition])
+    request = BenchRequest(models=chosen_models(args), seeds=args.seeds, epochs=args.epochs, protocol="paper",
+                           thresholds=(), **CONDITIONS[condition])
     data = read_bench_data(zoo, request.data_selection())
     distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
     outcome = run_bench(zoo, request, out)
@@ -112,17 +112,26 @@ def figure(cell: dict | None, sign: str = "") -> str:
     return f"{cell['estimate']:{sign}.3f} [{cell['low']:{sign}.3f}, {cell['high']:{sign}.3f}]"
 
 
-def runs_to_decide(difference: dict, runs: int) -> str:
-    """"decided", or "not decided" with the test runs that would make the interval exclude 0 if the difference
-    stayed at its estimate (the half-width shrinks as 1/sqrt(runs))."""
+def decide_scale(difference: dict) -> float | None:
+    """How many times the test runs would make the interval exclude 0 if the difference stayed at its estimate
+    (the half-width shrinks as 1/sqrt(runs)); None where there is nothing to scale."""
+    half = (difference["high"] - difference["low"]) / 2
+    if not math.isfinite(half) or abs(difference["estimate"]) < 1e-9:
+        return None
+    return (half / abs(difference["estimate"])) ** 2
+
+
+def runs_to_decide(difference: dict, runs: dict[str, int]) -> str:
+    """"decided", or "not decided" with the test runs (per named group, `runs`) that would decide it."""
     if not difference["decided"]:
         return "no interval (the metric is undefined on most resamples)"
     if not difference["tied"]:
         return "decided"
-    half = (difference["high"] - difference["low"]) / 2
-    if not math.isfinite(half) or abs(difference["estimate"]) < 1e-9:
+    scale = decide_scale(difference)
+    if scale is None:
         return "not decided (no difference to detect)"
-    return f"not decided (about {math.ceil(runs * (half / abs(difference['estimate'])) ** 2):,} test runs would decide it)"
+    needed = " and ".join(f"{math.ceil(count * scale):,}{f' {name}' if name else ''}" for name, count in runs.items())
+    return f"not decided (about {needed} test runs would decide it)"
 
 
 def combine(scores: list[dict], model: str) -> tuple[float, np.ndarray]:
@@ -167,12 +176,7 @@ def between_zoos(table: dict[tuple[str, str], dict], per_run: str, shared: list[
         for model, reference in [PAIRS[0], ("transformer_nfn", "hyperparameters"), ("statnn", "hyperparameters")]:
             if trained(a, model) and trained(a, reference) and trained(b, model) and trained(b, reference):
                 d = gap_between(a, b, model, reference)
-                shared_runs, per_run_runs = sum(s["runs"] for s in a), b[0]["runs"]
-                verdict = runs_to_decide(d, shared_runs)
-                if verdict.startswith("not decided (about"):
-                    scale = ((d["high"] - d["low"]) / 2 / abs(d["estimate"])) ** 2
-                    verdict = (f"not decided (about {math.ceil(shared_runs * scale):,} shared and "
-                               f"{math.ceil(per_run_runs * scale):,} per-run test runs would decide it)")
+                verdict = runs_to_decide(d, {"shared": sum(s["runs"] for s in a), "per-run": b[0]["runs"]})
                 lines.append(f"- `{condition}`, ({model} minus {reference}) on the shared zoos minus on the per-run "
                              f"zoo: {figure(d, '+')}: {verdict}")
     if not lines:
@@ -222,13 +226,13 @@ def render(table: dict[tuple[str, str], dict], shared: list[str], per_run: str) 
                           f"{runs['run']} test runs, paired):", ""]
             for m in [m for m in models if trained(rows["run"], m) and trained(rows["interfaces"], m)]:
                 d = difference(rows["run"], m, rows["interfaces"], m)
-                lines.append(f"- {m}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
+                lines.append(f"- {m}: {figure(d, '+')}: {runs_to_decide(d, {'': runs['run']})}")
         if "run" in conditions:
             lines += ["", "Inside the `run` condition:", ""]
             for a, b in PAIRS[:2] + [PAIRS[3], PAIRS[5], PAIRS[6]]:
                 if trained(rows["run"], a) and trained(rows["run"], b):
                     d = difference(rows["run"], a, rows["run"], b)
-                    lines.append(f"- {a} minus {b}: {figure(d, '+')}: {runs_to_decide(d, runs['run'])}")
+                    lines.append(f"- {a} minus {b}: {figure(d, '+')}: {runs_to_decide(d, {'': runs['run']})}")
     if shared:
         lines += between_zoos(table, per_run, shared)
     return "\n".join(lines)
