@@ -30,7 +30,7 @@ from small_transformer_zoo.devices import usable_cores
 def summary(values: list[float]) -> str:
     array = np.asarray(values)
     return (f"min {array.min():.3f}  median {np.median(array):.3f}  90th {np.quantile(array, 0.9):.3f}  "
-            f"max {array.max():.3f}  above 0.5 {100 * (array > 0.5).mean():.1f}%")
+            f"max {array.max():.3f}  above 0.5 {100 * (array > 0.5).mean():.1f}%  above 0.8 {100 * (array > 0.8).mean():.1f}%")
 
 
 def main() -> None:
@@ -45,11 +45,13 @@ def main() -> None:
     parser.add_argument("--train-samples", type=int)
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--selection", choices=("stratified", "sweep"))
+    parser.add_argument("--every-epoch", action="store_true",
+                        help="store (and report) every epoch, to read how many epochs a share of runs needs")
     parser.add_argument("--project", type=int, default=1500, help="runs of the preset the time is projected to")
     args = parser.parse_args()
     preset = PRESETS[args.base].for_task(args.task)
     changes = {"epochs": args.epochs, "max_train_samples": args.train_samples, "batch_size": args.batch_size,
-               "selection": args.selection}
+               "selection": args.selection, "every_epoch": args.every_epoch or None}
     preset = replace(preset, **{k: v for k, v in changes.items() if v is not None})
     task = get_task(args.task)
     data = load_task_data(task, args.data_dir, preset, carve_from_test=args.carve_from_test)
@@ -67,9 +69,12 @@ def main() -> None:
     recipe = Recipe(preset.epochs, tuple(checkpoint_epochs(preset.epochs, preset.every_epoch)), preset.batch_size,
                     preset.augment)
     every: list[float] = []
+    by_epoch: dict[int, list[float]] = defaultdict(list)
     for _, checkpoints, _ in train_groups(todo, data, spec, recipe, "cpu", workers):
         for c in checkpoints:
             every.append(c.metrics["test_accuracy"])
+            if not c.is_best:
+                by_epoch[c.epoch].append(c.metrics["test_accuracy"])
             if c.is_best or c.epoch == preset.epochs:
                 (best if c.is_best else last)[c.run.run_id] = c.metrics["test_accuracy"]
     seconds = time.perf_counter() - started
@@ -79,6 +84,9 @@ def main() -> None:
           f"the best)")
     print(f"last epoch  {summary(list(last.values()))}")
     print(f"best epoch  {summary(list(best.values()))}")
+    print("test accuracy at each stored epoch:")
+    for epoch in sorted(by_epoch):
+        print(f"  epoch {epoch:>3}  {summary(by_epoch[epoch])}")
     by_run = {r.run_id: r for r in runs}
     print("median last-epoch test accuracy (share above 0.5) per value:")
     for name in ("optimizer", *HYPER_ORDER):

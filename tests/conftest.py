@@ -22,7 +22,7 @@ os.environ.pop("STZ_REPO_ID", None)
 from small_transformer_zoo.testing import HubServer  # noqa: E402  (imports huggingface_hub: after HF_ENDPOINT)
 
 HUB = HubServer(_PORT)
-pytest_plugins = ["tests.slow_marker", "pytester"]
+pytest_plugins = ["tests.slow_marker", "tests.returned_heap", "pytester"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,19 +10,15 @@ not grow with the probe count.
 
 from __future__ import annotations
 
-import threading
-from functools import lru_cache
-
 import torch
-from torch import nn
-from torch.func import functional_call
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
-from small_transformer_zoo.weights.model import ZooTransformer
+from small_transformer_zoo.weights.shared_inputs import logits_on_shared_inputs
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 PROBES = 256
 PROBE_SEED = 0
+PROBE_CHUNK = 16  # checkpoints per batched forward: 16 x 256 probes keep its largest activation near 50 MB
 
 
 def probe_inputs(spec: ArchitectureSpec, count: int = PROBES, seed: int = PROBE_SEED,
@@ -36,44 +32,14 @@ def probe_inputs(spec: ArchitectureSpec, count: int = PROBES, seed: int = PROBE_
     return torch.randn(shape, generator=generator).to(dtype)
 
 
-class _Probed(nn.Module):
-    """The zoo network seen from its probes: images through the whole network, token embeddings past the word
-    table."""
-
-    def __init__(self, spec: ArchitectureSpec) -> None:
-        super().__init__()
-        self.network = ZooTransformer(spec)
-        self.embedded = spec.modality == "text"
-
-    def forward(self, probes: torch.Tensor) -> torch.Tensor:
-        return self.network.forward_embedded(probes) if self.embedded else self.network(probes)
-
-
-def probed_network(spec: ArchitectureSpec, dtype: torch.dtype, device: torch.device) -> _Probed:
-    """The network every checkpoint's weights are passed to (`functional_call`), made once per spec, dtype, device
-    and thread (`functional_call` swaps the module's tensors while it runs); making it draws its default
-    initialisation from a forked generator, so the caller's random stream is the same whether it was made before
-    or not, and no draw happens inside a vmap."""
-    return _probed_network(spec, dtype, torch.device(device), threading.get_ident())
-
-
-@lru_cache(maxsize=16)
-def _probed_network(spec: ArchitectureSpec, dtype: torch.dtype, device: torch.device, thread: int) -> _Probed:
-    with torch.random.fork_rng(devices=[]):
-        return _Probed(spec).to(device=device, dtype=dtype).eval()
-
-
-def probe_logits(weights: TransformerWeights, probes: torch.Tensor) -> torch.Tensor:
-    """Every checkpoint's logits on every probe: [batch, probes, classes], in the weights' dtype."""
-    dtype = weights.blocks[0].W_q.dtype
-    probed = probed_network(weights.spec, dtype, probes.device)
-    state = {f"network.{name}": tensor for name, tensor in weights.to_state_dicts().items()}
-    probes = probes.to(dtype)
-
-    with torch.no_grad():  # one checkpoint at a time: vmap has no batching rule for CPU attention kernels
-        logits = [functional_call(probed, {k: v[i] for k, v in state.items()}, (probes,), strict=False)
-                  for i in range(weights.batch_size)]
-    return torch.stack(logits) if logits else probes.new_zeros(0, len(probes), weights.spec.num_classes)
+def probe_logits(weights: TransformerWeights, probes: torch.Tensor, chunk: int = PROBE_CHUNK) -> torch.Tensor:
+    """Every checkpoint's logits on every probe: [batch, probes, classes], in the weights' dtype; `chunk`
+    checkpoints at a time through the batched forward, so that memory stays bounded whatever the batch."""
+    embedded = weights.spec.modality == "text"
+    with torch.no_grad():
+        parts = [logits_on_shared_inputs(weights.map(lambda t: t[i : i + chunk]), probes, embedded)
+                 for i in range(0, weights.batch_size, chunk)]
+    return torch.cat(parts) if parts else probes.new_zeros(0, len(probes), weights.spec.num_classes)
 
 
 def output_statistics(logits: torch.Tensor) -> torch.Tensor:

@@ -4,9 +4,8 @@ through what it computes on a few probe inputs, and the probes themselves are le
 K probes are made by a deep linear generator (linear layers, no nonlinearity) from K learned latent codes: images in
 the task's normalised pixel space, or token embeddings fed past the frozen word table (text, whose table is not part
 of a checkpoint), as `statnn_probe`'s fixed probes are. Every checkpoint of a batch runs on them, all checkpoints at
-once (`torch.func.vmap` over a functional forward, attention by its plain matmul form so that vmap has a batching
-rule; a loop over checkpoints where vmap fails); its class probabilities on the K probes, concatenated, go through an
-MLP. Generator, codes and MLP train end to end by the package's trainer. Every element of the symmetry group keeps
+once (the network written as batched matrix products over the checkpoints); its class probabilities on the K
+probes, concatenated, go through an MLP. Generator, codes and MLP train end to end by the package's trainer. Every element of the symmetry group keeps
 a network's function, so the prediction is invariant by construction, to float round-off.
 """
 
@@ -16,13 +15,11 @@ import math
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
+from small_transformer_zoo.weights.shared_inputs import logits_on_shared_inputs
 from small_transformer_zoo.weights.weight_space import TransformerWeights
-
-from .probe_features import probed_network
 
 PROBES = 32
 LATENT = 16
@@ -38,17 +35,10 @@ def probe_shape(spec: ArchitectureSpec) -> tuple[int, ...]:
 
 def batched_probe_logits(weights: TransformerWeights, probes: torch.Tensor) -> torch.Tensor:
     """Every checkpoint's logits on every probe, [batch, probes, classes], differentiable in the probes and the
-    weights."""
-    dtype = weights.blocks[0].W_q.dtype
-    probed = probed_network(weights.spec, dtype, probes.device)
-    state = {f"network.{name}": tensor for name, tensor in weights.to_state_dicts().items()}
-    probes = probes.to(dtype)
-    try:
-        with sdpa_kernel([SDPBackend.MATH]):
-            return vmap(lambda one: functional_call(probed, one, (probes,), strict=False))(state)
-    except (RuntimeError, NotImplementedError):  # a device without a batching rule for a kernel
-        return torch.stack([functional_call(probed, {k: v[i] for k, v in state.items()}, (probes,), strict=False)
-                            for i in range(weights.batch_size)])
+    weights: all checkpoints at once, as batched matrix products (attention by its plain matmul form, which has a
+    batching rule when the seeds trained together are vmapped)."""
+    with sdpa_kernel([SDPBackend.MATH]):
+        return logits_on_shared_inputs(weights, probes, embedded=weights.spec.modality == "text")
 
 
 class ProbeGen(nn.Module):
