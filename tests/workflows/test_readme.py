@@ -222,7 +222,7 @@ def shlex_first(line: str) -> str:
     return line.split()[1]
 
 
-@pytest.mark.parametrize("preset", ["mini", "families", "wide", "medium"])
+@pytest.mark.parametrize("preset", ["mini", "families", "wide", "trained", "medium"])
 def test_the_readme_quotes_the_dry_run_estimate(preset: str, tmp_path: Path) -> None:
     """One estimate everywhere: the README's build time for a preset is what `--dry-run` prints on 2 cores."""
     from builders.build import BuildRequest, run_build
