@@ -121,7 +121,8 @@ def test_probe_logits_are_the_networks_own_outputs() -> None:
     network.load_state_dict(weights.state_dict(1), strict=False)
     assert torch.allclose(probe_logits(weights, probes)[1], network(probes), atol=1e-12)
     three = weights_of(ZOO, 3, 4)
-    torch.testing.assert_close(probe_logits(three, probes, chunk=2), probe_logits(three, probes), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(probe_logits(three, probes, chunk=2), probe_logits(three, probes),
+                               rtol=1e-12, atol=1e-12)
 
     text = ZooTransformer(TEXT).double().eval()
     text.load_state_dict(weights_of(TEXT, 1, 4).state_dict(0), strict=False)
