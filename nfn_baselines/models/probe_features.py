@@ -18,7 +18,7 @@ from small_transformer_zoo.weights.weight_space import TransformerWeights
 
 PROBES = 256
 PROBE_SEED = 0
-PROBE_CHUNK = 16  # checkpoints per batched forward: 16 x 256 probes keep its largest activation near 50 MB
+PROBE_CHUNK = 4  # checkpoints per batched forward: 4 x 256 probes keep its largest activation near 20 MB
 
 
 def probe_inputs(spec: ArchitectureSpec, count: int = PROBES, seed: int = PROBE_SEED,
