@@ -1,8 +1,12 @@
 """Every Python example and every `stz` command line of README.md runs, against a zoo written by the quickstart
 and the loopback Hub (command lines cut down where they are expensive)."""
 
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -191,25 +195,38 @@ def _readme_hub(here: Path, hub: HubServer) -> None:
     hub.add_dataset("anonymized-acamedia/Small-Transformer-Zoo", folder)
 
 
-@pytest.mark.slow
-def test_every_readme_command_line_runs(tmp_path: Path, hub: HubServer, stz_home: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every `stz` command line of the README runs, in README order within each kind, cut down where it is
-    expensive (`_cut_down`); only the GPU lines do not run here, and they are named."""
+def run_every_line(here: Path) -> dict[str, list[str] | dict[str, str]]:
+    """Run every README command line in `here`, cut down (`_cut_down`): the lines run, and those that cannot run
+    here with the reason. Runs in a process of its own (the test below), so the suite keeps none of its memory."""
     from builders.grid import PRESETS
 
-    monkeypatch.setitem(PRESETS, "mini", replace(PRESETS["mini"], **CUT_MINI))
-    monkeypatch.chdir(tmp_path)
-    _readme_hub(tmp_path, hub)
+    PRESETS["mini"] = replace(PRESETS["mini"], **CUT_MINI)
     ran, not_here = [], {}
     lines = list(dict.fromkeys(_command_lines()))
     for line in sorted(lines, key=lambda line: shlex_first(line) != "quickstart"):  # the README's zoo first
-        argv = _cut_down(line, tmp_path)
+        argv = _cut_down(line, here)
         if isinstance(argv, str):
             not_here[line] = argv
             continue
         assert main(argv) == 0, f"README: {line}\n ran as: stz {' '.join(argv)}"
         ran.append(line)
+    return {"ran": ran, "not_here": not_here}
+
+
+@pytest.mark.slow
+def test_every_readme_command_line_runs(tmp_path: Path, hub: HubServer, stz_home: Path) -> None:
+    """Every `stz` command line of the README runs, in README order within each kind, cut down where it is
+    expensive (`_cut_down`); only the GPU lines do not run here, and they are named. The lines run in a process
+    of their own (their builds and benchmarks hold over a gigabyte), against this suite's loopback Hub and STZ_HOME."""
+    _readme_hub(tmp_path, hub)
+    script = ("import json, sys; from pathlib import Path; from tests.workflows.test_readme import run_every_line; "
+              "Path(sys.argv[2]).write_text(json.dumps(run_every_line(Path(sys.argv[1]))))")
+    result_file = tmp_path / "readme-lines.json"
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(result_file)], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(result_file.read_text())
+    ran, not_here = result["ran"], result["not_here"]
     assert set(not_here.values()) <= {GPU_ONLY, "needs dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"}
     assert len([v for v in not_here.values() if v == GPU_ONLY]) == 2, not_here
     kinds = {shlex_first(line) for line in ran}
