@@ -30,7 +30,8 @@ from small_transformer_zoo.devices import usable_cores
 def summary(values: list[float]) -> str:
     array = np.asarray(values)
     return (f"min {array.min():.3f}  median {np.median(array):.3f}  90th {np.quantile(array, 0.9):.3f}  "
-            f"max {array.max():.3f}  above 0.5 {100 * (array > 0.5).mean():.1f}%  above 0.8 {100 * (array > 0.8).mean():.1f}%")
+            f"max {array.max():.3f}  above 0.5 {100 * (array > 0.5).mean():.1f}%  "
+            f"above 0.8 {100 * (array > 0.8).mean():.1f}%")
 
 
 def main() -> None:

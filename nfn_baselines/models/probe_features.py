@@ -35,9 +35,8 @@ def probe_inputs(spec: ArchitectureSpec, count: int = PROBES, seed: int = PROBE_
 def probe_logits(weights: TransformerWeights, probes: torch.Tensor, chunk: int = PROBE_CHUNK) -> torch.Tensor:
     """Every checkpoint's logits on every probe: [batch, probes, classes], in the weights' dtype; `chunk`
     checkpoints at a time through the batched forward, so that memory stays bounded whatever the batch."""
-    embedded = weights.spec.modality == "text"
     with torch.no_grad():
-        parts = [logits_on_shared_inputs(weights.map(lambda t: t[i : i + chunk]), probes, embedded)
+        parts = [logits_on_shared_inputs(weights.map(lambda t: t[i : i + chunk]), probes)
                  for i in range(0, weights.batch_size, chunk)]
     return torch.cat(parts) if parts else probes.new_zeros(0, len(probes), weights.spec.num_classes)
 

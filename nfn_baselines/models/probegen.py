@@ -5,8 +5,9 @@ K probes are made by a deep linear generator (linear layers, no nonlinearity) fr
 the task's normalised pixel space, or token embeddings fed past the frozen word table (text, whose table is not part
 of a checkpoint), as `statnn_probe`'s fixed probes are. Every checkpoint of a batch runs on them, all checkpoints at
 once (the network written as batched matrix products over the checkpoints); its class probabilities on the K
-probes, concatenated, go through an MLP. Generator, codes and MLP train end to end by the package's trainer. Every element of the symmetry group keeps
-a network's function, so the prediction is invariant by construction, to float round-off.
+probes, concatenated, go through an MLP. Generator, codes and MLP train end to end by the package's trainer.
+Every element of the symmetry group keeps a network's function, so the prediction is invariant by construction,
+to float round-off.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def batched_probe_logits(weights: TransformerWeights, probes: torch.Tensor) -> t
     weights: all checkpoints at once, as batched matrix products (attention by its plain matmul form, which has a
     batching rule when the seeds trained together are vmapped)."""
     with sdpa_kernel([SDPBackend.MATH]):
-        return logits_on_shared_inputs(weights, probes, embedded=weights.spec.modality == "text")
+        return logits_on_shared_inputs(weights, probes)
 
 
 class ProbeGen(nn.Module):

@@ -18,10 +18,10 @@ def _patches(images: torch.Tensor, patch: int) -> torch.Tensor:
     return x.reshape(k, (height // patch) * (width // patch), c * patch * patch)
 
 
-def _embed(weights: TransformerWeights, inputs: torch.Tensor, embedded: bool) -> torch.Tensor:
+def _embed(weights: TransformerWeights, inputs: torch.Tensor) -> torch.Tensor:
     """Token embeddings plus positions, [B, K, L, d]."""
     spec, batch = weights.spec, weights.batch_size
-    if embedded:
+    if spec.modality == "text":
         tokens = inputs.expand(batch, *inputs.shape)
     else:
         kernel = weights.embedding["embedding.patch.weight"].reshape(batch, spec.d_model, -1)
@@ -31,15 +31,16 @@ def _embed(weights: TransformerWeights, inputs: torch.Tensor, embedded: bool) ->
     return tokens + positions[: tokens.shape[2]]
 
 
-def logits_on_shared_inputs(weights: TransformerWeights, inputs: torch.Tensor, embedded: bool = False) -> torch.Tensor:
+def logits_on_shared_inputs(weights: TransformerWeights, inputs: torch.Tensor) -> torch.Tensor:
     """Every checkpoint's logits on every input, [B, K, classes], as `ZooTransformer` computes them one checkpoint at
-    a time (eval mode, no dropout). `inputs`: images [K, C, H, W], or with `embedded` token embeddings [K, L, d]
-    fed past the word table (`ZooTransformer.forward_embedded` without padding). Needs a one-channel weight space."""
+    a time (eval mode, no dropout). `inputs`: images [K, C, H, W], or for a text zoo token embeddings [K, L, d]
+    fed past the word table, which is not part of a checkpoint (`ZooTransformer.forward_embedded` without
+    padding). Needs a one-channel weight space."""
     if weights.channels != 1:
         raise ValueError(f"only a one-channel weight space runs as networks, this has {weights.channels}")
     spec, batch = weights.spec, weights.batch_size
     h, d, dk = spec.num_heads, spec.d_model, spec.d_head
-    x = _embed(weights, inputs.to(weights.blocks[0].W_q.dtype), embedded)
+    x = _embed(weights, inputs.to(weights.blocks[0].W_q.dtype))
     k, length = x.shape[1], x.shape[2]
     for block in weights.blocks:
         w = block.map(lambda t: t.squeeze(1))
@@ -54,5 +55,9 @@ def logits_on_shared_inputs(weights: TransformerWeights, inputs: torch.Tensor, e
         x = torch.baddbmm(w.b_B[:, None, :], hidden, w.W_B).view(batch, k, length, d)
     pooled = F.layer_norm(x, (d,)).mean(dim=2)
     c = weights.classifier
-    hidden = F.relu(torch.baddbmm(c["classifier.fc1.bias"][:, None, :], pooled, c["classifier.fc1.weight"].transpose(1, 2)))
-    return torch.baddbmm(c["classifier.fc2.bias"][:, None, :], hidden, c["classifier.fc2.weight"].transpose(1, 2))
+
+    def linear(x: torch.Tensor, layer: str) -> torch.Tensor:
+        weight, bias = c[f"classifier.{layer}.weight"], c[f"classifier.{layer}.bias"]
+        return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))
+
+    return linear(F.relu(linear(pooled, "fc1")), "fc2")

@@ -40,7 +40,7 @@ def test_every_checkpoint_computes_what_its_own_network_computes(spec: Architect
     else:
         x = torch.randn(inputs, spec.num_tokens, spec.d_model, generator=generator, dtype=torch.float64)
         run = network.forward_embedded
-    logits = logits_on_shared_inputs(weights, x, embedded=spec.modality == "text")
+    logits = logits_on_shared_inputs(weights, x)
     assert logits.shape == (batch, inputs, spec.num_classes)
     for i in range(batch):
         network.load_state_dict(weights.state_dict(i), strict=False)
