@@ -246,13 +246,14 @@ def plot(table: dict[tuple[str, str], dict], path: Path) -> Path:
     configs = list(dict.fromkeys(c for c, _ in table))
     stem = min(configs, key=len)
     figure_, axes = new_figure(1, len(conditions), (4.2 * len(conditions), 4.2))
-    width = 0.8 / len(MODELS)
+    shown = [m for m in MODELS if any(m in scores["models"] for scores in table.values())]
+    width = 0.8 / len(shown)
     for axis, condition in zip(np.ravel(axes), conditions):
         present = [c for c in configs if (c, condition) in table]
-        for k, model in enumerate(MODELS):
+        for k, model in enumerate(shown):
             cells = [cell([table[(c, condition)]], model) if model in table[(c, condition)]["models"] else None
                      for c in present]
-            xs = [i + (k - (len(MODELS) - 1) / 2) * width for i in range(len(present))]
+            xs = [i + (k - (len(shown) - 1) / 2) * width for i in range(len(present))]
             est = [c["estimate"] if c else math.nan for c in cells]
             errors = [[e - c["low"] if c else 0 for e, c in zip(est, cells)],
                       [c["high"] - e if c else 0 for e, c in zip(est, cells)]]
@@ -264,7 +265,7 @@ def plot(table: dict[tuple[str, str], dict], path: Path) -> Path:
         axis.axhline(0, color="black", linewidth=0.5)
         axis.set_ylabel("Kendall's tau (95% interval over test runs)")
     np.ravel(axes)[0].legend(fontsize=6)
-    return save_figure(figure_, "Seeding: tau per zoo and condition", path)
+    return save_figure(figure_, "Tau per zoo and condition", path)
 
 
 def main() -> None:
