@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.format.metadata import OPTIMIZERS
+from small_transformer_zoo.weights.model import image_patches
 
 
 HASH_MASK = 0xFFFFFFFF
@@ -116,15 +117,6 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))
 
 
-def _patches(images: torch.Tensor, spec: ArchitectureSpec) -> torch.Tensor:
-    """[M, B, C, H, W] -> [M, B * tokens, C * p * p] in Conv2d weight order (c, kh, kw), tokens row-major."""
-    m, b, c, height, width = images.shape
-    p = spec.patch_size
-    gh, gw = height // p, width // p
-    x = images.reshape(m, b, c, gh, p, gw, p).permute(0, 1, 3, 5, 2, 4, 6)
-    return x.reshape(m, b * gh * gw, c * p * p)
-
-
 def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inputs: torch.Tensor,
                    positions: torch.Tensor, dropout: GroupDropout | None = None,
                    embedding_table: torch.Tensor | None = None) -> torch.Tensor:
@@ -139,7 +131,8 @@ def batched_logits(spec: ArchitectureSpec, params: dict[str, torch.Tensor], inpu
     padding = None
     if spec.modality == "vision":
         w = params["embedding.patch.weight"].reshape(m, d, -1)
-        tokens = _linear(_patches(inputs, spec), scaled(w), scaled(params["embedding.patch.bias"])).view(m, b, -1, d)
+        patches = image_patches(inputs, spec.patch_size).flatten(1, 2)  # [M, B * tokens, C * p * p]
+        tokens = _linear(patches, scaled(w), scaled(params["embedding.patch.bias"])).view(m, b, -1, d)
         x = tokens + scaled(positions.expand(m, *positions.shape))[:, None, : tokens.shape[2]]
     else:
         padding = inputs.eq(0)

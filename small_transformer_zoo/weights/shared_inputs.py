@@ -7,15 +7,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .model import sinusoidal_positions
+from .model import image_patches, sinusoidal_positions
 from .weight_space import TransformerWeights
-
-
-def _patches(images: torch.Tensor, patch: int) -> torch.Tensor:
-    """[K, C, H, W] -> [K, tokens, C * p * p] in Conv2d weight order (c, kh, kw), tokens row-major."""
-    k, c, height, width = images.shape
-    x = images.reshape(k, c, height // patch, patch, width // patch, patch).permute(0, 2, 4, 1, 3, 5)
-    return x.reshape(k, (height // patch) * (width // patch), c * patch * patch)
 
 
 def _embed(weights: TransformerWeights, inputs: torch.Tensor) -> torch.Tensor:
@@ -25,7 +18,7 @@ def _embed(weights: TransformerWeights, inputs: torch.Tensor) -> torch.Tensor:
         tokens = inputs.expand(batch, *inputs.shape)
     else:
         kernel = weights.embedding["embedding.patch.weight"].reshape(batch, spec.d_model, -1)
-        tokens = torch.einsum("klf,bdf->bkld", _patches(inputs, spec.patch_size), kernel)
+        tokens = torch.einsum("klf,bdf->bkld", image_patches(inputs, spec.patch_size), kernel)
         tokens = tokens + weights.embedding["embedding.patch.bias"][:, None, None, :]
     positions = sinusoidal_positions(spec.num_tokens, spec.d_model).to(tokens)
     return tokens + positions[: tokens.shape[2]]

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from small_transformer_zoo.format.architecture import ArchitectureSpec, mnist_spec
-from small_transformer_zoo.weights.model import ZooTransformer
+from small_transformer_zoo.weights.model import ZooTransformer, image_patches
 from small_transformer_zoo.weights.shared_inputs import logits_on_shared_inputs
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
@@ -63,3 +63,20 @@ def test_a_many_channel_weight_space_is_refused() -> None:
                                  one.embedding, one.classifier)
     with pytest.raises(ValueError, match="one-channel weight space runs as networks, this has 2"):
         logits_on_shared_inputs(weights, torch.zeros(1, 1, 28, 28, dtype=torch.float64))
+
+
+@settings(max_examples=25, deadline=None)
+@given(lead=st.lists(st.integers(1, 3), max_size=2), channels=st.integers(1, 3), patch=st.sampled_from([1, 2, 4]),
+       grid=st.integers(1, 3), seed=st.integers(0, 10_000))
+def test_image_patches_times_the_flattened_kernel_is_the_patch_convolution(lead: list[int], channels: int,
+                                                                          patch: int, grid: int, seed: int) -> None:
+    """`image_patches` orders each patch as the convolution's kernel does, for any leading dimensions (the builder
+    stacks runs and batches in front, the probes have one)."""
+    generator = torch.Generator().manual_seed(seed)
+    size = patch * grid
+    images = torch.randn(*lead, channels, size, size, dtype=torch.float64, generator=generator)
+    conv = torch.nn.Conv2d(channels, 5, patch, stride=patch).double()
+    expected = conv(images.reshape(-1, channels, size, size)).flatten(2).transpose(1, 2)
+    got = image_patches(images, patch) @ conv.weight.reshape(5, -1).T + conv.bias
+    assert got.shape == (*lead, grid * grid, 5)
+    torch.testing.assert_close(got.reshape(expected.shape), expected, rtol=0, atol=1e-12)
