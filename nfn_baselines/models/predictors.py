@@ -166,9 +166,9 @@ register_predictor(Predictor(
     "probe inputs, which the group cannot change because it keeps the function (docs/design.md section 9)",
     build=_flat("statnn_probe"), settings=NEURAL, invariant=True))
 register_predictor(Predictor(
-    "probegen", "neural", "ProbeGen: 32 probe inputs made by a learned deep linear generator, the network's class "
+    "probegen", "neural", "ProbeGen: 8 probe inputs made by a learned deep linear generator, the network's class "
     "probabilities on them through an MLP, trained end to end (docs/design.md section 9)", build=_probegen,
-    settings={"probes": 32, "head_dropout": 0.0}, invariant=True, default=False))
+    settings={"probes": 8, "head_dropout": 0.0}, invariant=True, default=False))
 for _name, _what, _seeded in (("xgboost", "XGBoost (CPU build)", False), ("lightgbm", "LightGBM", False),
                               ("random_forest", "scikit-learn's Random Forest", True)):
     register_predictor(Predictor(_name, "tree", f"{_what} on the flattened weights", fit=_tree(_name),
