@@ -22,7 +22,7 @@ from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.weights.shared_inputs import logits_on_shared_inputs
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
-PROBES = 8  # as good as 32 on both `families` zoos at a fifth of the step's cost (BENCHMARKS.md)
+PROBES = 8  # tied with 32 on both `families` zoos, at a fifth of the step's cost (BENCHMARKS.md)
 LATENT = 16
 GENERATOR_WIDTH = 64
 

@@ -25,7 +25,6 @@ def sinusoidal_positions(num_tokens: int, d_model: int) -> torch.Tensor:
     return table.float()
 
 
-
 def image_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
     """[..., C, H, W] -> [..., tokens, C * p * p]: the non-overlapping p x p patches `PatchEmbedding`'s convolution
     reads, each flattened in its weight order (c, kh, kw), tokens row-major; a matmul with the flattened kernel
@@ -36,6 +35,7 @@ def image_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
     n = len(lead)
     x = x.permute(*range(n), n + 1, n + 3, n, n + 2, n + 4)
     return x.reshape(*lead, rows * cols, c * patch * patch)
+
 
 class MultiHeadAttention(nn.Module):
     def __init__(self, spec: ArchitectureSpec) -> None:
