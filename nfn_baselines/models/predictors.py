@@ -168,6 +168,7 @@ register_predictor(Predictor(
 register_predictor(Predictor(
     "probegen", "neural", "ProbeGen: 8 probe inputs made by a learned deep linear generator, the network's class "
     "probabilities on them through an MLP, trained end to end (docs/design.md section 9)", build=_probegen,
+    # 8 probes: tied with 32 on both `families` zoos, at a fifth of the step's cost (BENCHMARKS.md).
     settings={"probes": 8, "head_dropout": 0.0}, invariant=True, default=False))
 for _name, _what, _seeded in (("xgboost", "XGBoost (CPU build)", False), ("lightgbm", "LightGBM", False),
                               ("random_forest", "scikit-learn's Random Forest", True)):

@@ -22,7 +22,6 @@ from small_transformer_zoo.format.architecture import ArchitectureSpec
 from small_transformer_zoo.weights.shared_inputs import logits_on_shared_inputs
 from small_transformer_zoo.weights.weight_space import TransformerWeights
 
-PROBES = 8  # tied with 32 on both `families` zoos, at a fifth of the step's cost (BENCHMARKS.md)
 LATENT = 16
 GENERATOR_WIDTH = 64
 
@@ -45,7 +44,7 @@ def batched_probe_logits(weights: TransformerWeights, probes: torch.Tensor) -> t
 class ProbeGen(nn.Module):
     """Learned probes, a checkpoint's outputs on them, an MLP over those (module docstring)."""
 
-    def __init__(self, spec: ArchitectureSpec, probes: int = PROBES, latent: int = LATENT, hidden: int = 128,
+    def __init__(self, spec: ArchitectureSpec, probes: int, latent: int = LATENT, hidden: int = 128,
                  outputs: int = 1, head_dropout: float = 0.0) -> None:
         super().__init__()
         self.spec, self.shape, self.outputs = spec, probe_shape(spec), outputs
