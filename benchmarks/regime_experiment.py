@@ -9,7 +9,7 @@ mostly under-trained, and `trained`, the paper's regime) each built with per-run
         --cell trained shared bench/trained/mnist-trained-shared-seed/run
 
 Each `--cell REGIME SEEDING DIR` names a folder holding a `scores.json` written by `seeding_experiment.py` (one zoo,
-one condition). Printed: each zoo's training quality at the protocol's epoch; per model pair (STATNN the reference)
+one condition); a cell given twice takes the models of both folders. Printed: each zoo's training quality at the protocol's epoch; per model pair (STATNN the reference)
 the paired difference in each cell, 95% interval over that zoo's test runs; then the regime's effect on each
 difference (trained minus under-trained, per seeding) and the seeding's effect (shared minus per-run, per regime),
 unpaired because the zoos are independent populations. An interval that holds 0 is "not decided", with the test
@@ -35,15 +35,21 @@ THRESHOLDS = (0.5, 0.8)
 
 
 def read_cells(specs: list[list[str]]) -> dict[tuple[str, str], dict]:
-    """(regime, seeding) -> the cell's scores; a folder without scores.json is an error naming it."""
-    cells = {}
+    """(regime, seeding) -> the cell's scores. A cell named again with another folder of the same zoo and test runs
+    (another run of the script, on the same bootstrap resamples) adds the models that folder trained; a folder
+    without scores.json, or one of another zoo, is an error naming it."""
+    cells: dict[tuple[str, str], dict] = {}
     for regime, seeding, folder in specs:
         path = Path(folder) / "scores.json"
         if not path.is_file():
             raise SystemExit(f"{path}: no scores here; run seeding_experiment.py for this zoo first")
-        if (regime, seeding) in cells:
-            raise SystemExit(f"--cell {regime} {seeding} is given twice")
-        cells[(regime, seeding)] = json.loads(path.read_text())
+        scores = json.loads(path.read_text())
+        known = cells.setdefault((regime, seeding), scores)
+        if known is not scores:
+            if (known["config"], known["runs"]) != (scores["config"], scores["runs"]):
+                raise SystemExit(f"{path}: zoo {scores['config']!r} with {scores['runs']} test runs, but cell "
+                                 f"{regime} {seeding} holds {known['config']!r} with {known['runs']}")
+            known["models"] = {**scores["models"], **known["models"]}
     return cells
 
 

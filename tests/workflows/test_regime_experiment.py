@@ -61,9 +61,14 @@ def test_the_two_by_two_pairs_inside_a_zoo_and_compares_zoos_unpaired(experiment
     assert "| per-run | - | - | - |" in probegen and "+0.100 [" in probegen
 
 
-def test_a_cell_without_scores_is_named(experiment, tmp_path: Path) -> None:
+def test_a_cell_given_twice_takes_both_folders_models_of_one_zoo_only(experiment, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    first = write_cells(tmp_path / "one", {("trained", "per-run"): scores(rng, "t", {"statnn": 0.5})})
+    second = write_cells(tmp_path / "two", {("trained", "per-run"): scores(rng, "t", {"probegen": 0.6})})
+    cells = experiment.read_cells(first + second)
+    assert set(cells[("trained", "per-run")]["models"]) == {"statnn", "probegen"}
+    other = write_cells(tmp_path / "three", {("trained", "per-run"): scores(rng, "other", {"probegen": 0.6})})
+    with pytest.raises(SystemExit, match="zoo 'other' with 60 test runs, but cell trained per-run holds 't'"):
+        experiment.read_cells(first + other)
     with pytest.raises(SystemExit, match="no scores here"):
         experiment.read_cells([["trained", "per-run", str(tmp_path)]])
-    with pytest.raises(SystemExit, match="given twice"):
-        specs = write_cells(tmp_path, {("a", "b"): scores(np.random.default_rng(0), "x", {"statnn": 0.5})})
-        experiment.read_cells(specs + specs)
