@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-import common  # noqa: F401  (puts the project on sys.path)
 import numpy as np
-from seeding_experiment import figure, gap_between, difference, runs_to_decide, trained
 
-from nfn_baselines.bench.protocols import paper_epoch
-from small_transformer_zoo import Zoo
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from seeding_experiment import difference, figure, gap_between, runs_to_decide, trained  # noqa: E402
+
+from nfn_baselines.bench.protocols import paper_epoch  # noqa: E402
+from small_transformer_zoo import Zoo  # noqa: E402
 
 PAIRS = [("transformer_nfn", "statnn"), ("transformer_nfn_paper", "statnn"), ("probegen", "statnn"),
          ("statnn_probe", "statnn"), ("statnn", "hyperparameters")]
