@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seeding_experiment import difference, figure, gap_between, runs_to_decide, trained  # noqa: E402
+from seeding_experiment import (  # noqa: E402
+    difference, figure, gap_between, protocol_accuracies, runs_to_decide, trained)
 
-from nfn_baselines.bench.protocols import paper_epoch  # noqa: E402
 from small_transformer_zoo import Zoo  # noqa: E402
 
 PAIRS = [("transformer_nfn", "statnn"), ("transformer_nfn_paper", "statnn"), ("probegen", "statnn"),
@@ -59,11 +59,7 @@ def read_cells(specs: list[list[str]]) -> dict[tuple[str, str], dict]:
 def accuracy_profile(root: str, config: str) -> dict[str, float]:
     """Test accuracy of every run at the paper protocol's epoch: median, 90th percentile, top and the share above
     each of THRESHOLDS."""
-    zoo = Zoo.open(root, config)
-    epoch = paper_epoch(zoo)
-    values = np.concatenate([
-        table.test_accuracy.to_numpy(dtype=float)[(table.epoch == epoch).to_numpy() & ~table.is_best.to_numpy()]
-        for table in (zoo.metadata(split).to_pandas() for split in zoo.splits)])
+    epoch, values = protocol_accuracies(Zoo.open(root, config))
     profile = {"epoch": epoch, "runs": int(values.size), "median": float(np.median(values)),
                "p90": float(np.quantile(values, 0.9)), "top": float(values.max())}
     return profile | {f"above {t}": float(np.mean(values > t)) for t in THRESHOLDS}

@@ -73,14 +73,19 @@ def chosen_models(args: argparse.Namespace) -> list[str]:
     return args.models or [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
 
 
-def quality(zoo: Zoo) -> dict[str, float]:
-    """Test accuracy of the zoo's runs at the paper protocol's epoch: quartiles, and the share below the cut-off."""
+def protocol_accuracies(zoo: Zoo) -> tuple[int, np.ndarray]:
+    """The paper protocol's epoch and the test accuracy of every run there, all splits."""
     epoch = paper_epoch(zoo)
     values = []
     for split in zoo.splits:
         table = zoo.metadata(split).to_pandas()
         values += table[(table.epoch == epoch) & ~table.is_best].test_accuracy.tolist()
-    accuracy = np.asarray(values, dtype=float)
+    return epoch, np.asarray(values, dtype=float)
+
+
+def quality(zoo: Zoo) -> dict[str, float]:
+    """Test accuracy of the zoo's runs at the paper protocol's epoch: quartiles, and the share below the cut-off."""
+    epoch, accuracy = protocol_accuracies(zoo)
     q1, median, q3 = np.quantile(accuracy, [0.25, 0.5, 0.75])
     return {"epoch": epoch, "runs": int(accuracy.size), "q1": float(q1), "median": float(median), "q3": float(q3),
             "below_cutoff": float(np.mean(accuracy < CUTOFF)), "above_half": float(np.mean(accuracy > 0.5))}
