@@ -18,12 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import common  # noqa: F401  (puts the project on sys.path)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project; not `common`, whose loopback Hub
+# environment would leak into the tests that import this script
 
-from nfn_baselines.bench.request import BenchRequest
-from nfn_baselines.bench.runs import bench_store, run_bench
-from nfn_baselines.models.metrics import paired_difference, too_few_runs
-from small_transformer_zoo import Zoo
+from nfn_baselines.bench.request import BenchRequest  # noqa: E402
+from nfn_baselines.bench.runs import bench_store, run_bench  # noqa: E402
+from nfn_baselines.models.metrics import paired_difference, too_few_runs  # noqa: E402
+from small_transformer_zoo import Zoo  # noqa: E402
 
 
 def finished_request(folder: Path, config: str) -> BenchRequest:

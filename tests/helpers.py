@@ -4,7 +4,10 @@ folder, and small trained models for the symmetry tests."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import sys
+from types import ModuleType
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,20 @@ from small_transformer_zoo.weights.model import ZooTransformer
 PROJECT = Path(__file__).resolve().parents[1]  # the repository root
 SHARED_DATA = PROJECT.parent / "shared" / "data"
 RUN_OPTIONS = ("dry_run", "progress", "executor", "log", "free_bytes")
+
+
+def benchmark_script(name: str) -> ModuleType:
+    """A script of `benchmarks/` imported as a module, its folder on the path only while it loads (its sibling
+    imports resolve, and nothing stays behind for later tests)."""
+    folder = str(PROJECT / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, PROJECT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
 
 
 def quiet(*_: object) -> None:

@@ -1,26 +1,16 @@
 """Paired differences in every tau column of a finished benchmark run, read back from its stored fits."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import PROJECT
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def differences():
-    sys.path.insert(0, str(PROJECT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_differences",
-                                                      PROJECT / "benchmarks" / "bench_differences.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(PROJECT / "benchmarks"))
-    return module
+    return benchmark_script("bench_differences")
 
 
 def test_a_finished_runs_pairs_in_every_column_agree_with_its_own_table(differences, tmp_path: Path) -> None:

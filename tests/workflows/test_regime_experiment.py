@@ -1,28 +1,18 @@
 """The regime experiment's 2 x 2 from stored scores: a difference per zoo, paired inside it, and the regime's and
 the seeding's effects on it, unpaired between zoos."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import PROJECT
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def experiment():
-    sys.path.insert(0, str(PROJECT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("regime_experiment",
-                                                      PROJECT / "benchmarks" / "regime_experiment.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(PROJECT / "benchmarks"))
-    return module
+    return benchmark_script("regime_experiment")
 
 
 def scores(rng: np.random.Generator, config: str, means: dict[str, float], runs: int = 60) -> dict:

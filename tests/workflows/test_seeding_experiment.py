@@ -1,21 +1,16 @@
 """The seeding experiment's tables from stored scores: a model shown only where it was trained, the shared zoos
 pooled, and a gap compared between zoos without pairing."""
 
-import importlib.util
 
 import numpy as np
 import pytest
 
-from tests.helpers import PROJECT
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def experiment():
-    spec = importlib.util.spec_from_file_location("seeding_experiment",
-                                                  PROJECT / "benchmarks" / "seeding_experiment.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("seeding_experiment")
 
 
 def scores(rng: np.random.Generator, means: dict[str, float], runs: int = 40) -> dict:
