@@ -1,5 +1,5 @@
 """Helpers that several test modules share: locating and rewriting zoo files, building small zoos, the real data
-folder, and small trained models for the symmetry tests."""
+folder, small trained models for the symmetry tests, and the benchmark scripts imported as modules."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import hashlib
 import importlib.util
 import json
 import sys
-from types import ModuleType
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
