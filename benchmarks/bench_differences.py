@@ -41,11 +41,11 @@ def finished_request(folder: Path, config: str) -> BenchRequest:
 def column_differences(zoo: Zoo, folder: Path, pairs: list[tuple[str, str]]) -> list[str]:
     """One line per pair and tau column: `a minus b` with its paired 95% interval and whether it holds 0."""
     request = finished_request(folder, zoo.config)
-    with tempfile.TemporaryDirectory() as scratch:
-        store = bench_store(zoo, request, folder)
-        if not store.finished:
-            raise FileNotFoundError(f"{folder}: no finished run's fits for `{zoo.config}` (a stopped run, or none); "
-                                    f"run its `stz bench` command to the end first")
+    store = bench_store(zoo, request, folder)
+    if not store.finished:
+        raise FileNotFoundError(f"{folder}: no finished run's fits for `{zoo.config}` (a stopped run, or none); "
+                                f"run its `stz bench` command to the end first")
+    with tempfile.TemporaryDirectory() as scratch:  # the run's folder keeps its own results as they are
         shutil.copytree(store.kept, Path(scratch) / store.kept.relative_to(folder))
         report = run_bench(zoo, request, Path(scratch)).report
     lines = []

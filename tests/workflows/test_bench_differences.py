@@ -24,7 +24,7 @@ def test_a_finished_runs_pairs_in_every_column_agree_with_its_own_table(differen
     out = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match="finished `stz bench` run"):
         differences.column_differences(zoo, out, [("statnn", "hyperparameters")])
-    (out).mkdir()
+    out.mkdir()
     request = BenchRequest(models=["statnn"], floors=True, seeds=1, protocol="paper", epoch=10, thresholds=(0.3,))
     run_bench(zoo, request, out)
     fits = sorted(p.stat().st_mtime_ns for p in out.rglob("*.npz"))

@@ -1,7 +1,6 @@
 """The seeding experiment's tables from stored scores: a model shown only where it was trained, the shared zoos
 pooled, and a gap compared between zoos without pairing."""
 
-
 import numpy as np
 import pytest
 
