@@ -140,6 +140,23 @@ def test_random_crop_pads_with_black() -> None:
     assert (cropped[1, 0, :-2] == 1).all() and CROP_FILL == (0.0 - 0.5) / 0.5
 
 
+def test_pixels_are_normalised_to_within_one_float32_step_of_their_exact_value() -> None:
+    """Every byte value v becomes (v / 255 - 0.5) / 0.5 = 2v/255 - 1 within float32 rounding, on a new [N, 1, 28, 28]
+    array; the input is left as it was."""
+    from builders.data import _normalise_images
+
+    values = np.arange(256, dtype=np.uint8)
+    images = np.broadcast_to(values[:, None, None], (256, 28, 28)).copy()
+    normalised = _normalise_images(images)
+    assert normalised.shape == (256, 1, 28, 28) and normalised.dtype == np.float32
+    exact = 2.0 * values.astype(np.float64) / 255.0 - 1.0
+    got = normalised[:, 0].reshape(256, -1)
+    assert (got == got[:, :1]).all()
+    assert np.abs(got[:, 0] - exact).max() <= 2 * np.finfo(np.float32).eps
+    assert got[0, 0] == -1.0 and got[255, 0] == 1.0 and (np.diff(got[:, 0]) > 0).all()
+    assert (images == values[:, None, None]).all()
+
+
 def test_a_runs_training_does_not_depend_on_its_group(small_data) -> None:
     spec = mnist_spec()
     runs = [Run(f"g-{i}", "adam", 0.8, dropout, 3e-3, 0.3, 1e-6, run_seed(f"g{i}"))

@@ -20,6 +20,7 @@ from small_transformer_zoo.cli import main
 from small_transformer_zoo.store.local_index import DEFAULT_REPO_ID
 from small_transformer_zoo.testing import HubServer
 from tests.helpers import PROJECT, hub_dataset, shared_data
+from tests.returned_heap import return_freed_heap
 
 README = (PROJECT / "README.md").read_text()
 EXAMPLES = re.findall(r"```python\n(.*?)```", README, flags=re.S)
@@ -210,6 +211,7 @@ def run_every_line(here: Path) -> dict[str, list[str] | dict[str, str]]:
             continue
         assert main(argv) == 0, f"README: {line}\n ran as: stz {' '.join(argv)}"
         ran.append(line)
+        return_freed_heap()  # each line's peak is its own, not the sum of what earlier lines' libraries kept
     return {"ran": ran, "not_here": not_here}
 
 
