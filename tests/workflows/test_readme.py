@@ -219,7 +219,8 @@ def run_every_line(here: Path) -> dict[str, list[str] | dict[str, str]]:
 def test_every_readme_command_line_runs(tmp_path: Path, hub: HubServer, stz_home: Path) -> None:
     """Every `stz` command line of the README runs, in README order within each kind, cut down where it is
     expensive (`_cut_down`); only the GPU lines do not run here, and they are named. The lines run in a process
-    of their own (it peaks at about 1.9 GiB), against this suite's loopback Hub and STZ_HOME."""
+    of their own (it peaked at 1.82 GiB, in a `stz bench` ablation line), against this suite's loopback Hub and
+    STZ_HOME."""
     _readme_hub(tmp_path, hub)
     script = ("import json, sys; from pathlib import Path; from tests.workflows.test_readme import run_every_line; "
               "Path(sys.argv[2]).write_text(json.dumps(run_every_line(Path(sys.argv[1]))))")
