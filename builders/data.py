@@ -78,7 +78,7 @@ def labels_ok(labels: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
 
 def _normalise_images(images: np.ndarray) -> np.ndarray:
     """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28] with mean 0.5, std 0.5 normalisation (docs/design.md section 3).
-    In place after the one cast, so 70,000 images take one float copy at a time, not three."""
+    In place after the one cast, so 70,000 images take one float copy at a time, not two."""
     normalised = images.astype(np.float32)[:, None]
     normalised /= 255.0
     normalised -= 0.5
