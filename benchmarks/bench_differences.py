@@ -27,20 +27,24 @@ from nfn_baselines.models.metrics import paired_difference, too_few_runs  # noqa
 from small_transformer_zoo import Zoo  # noqa: E402
 
 
-def finished_request(folder: Path, config: str) -> BenchRequest:
-    """The request of the finished paper- or all-checkpoints-protocol run in `folder` for `config`."""
+def finished_run(folder: Path, config: str) -> tuple[BenchRequest, set[str]]:
+    """The request and the table's models of the finished paper- or all-checkpoints-protocol run in `folder` for
+    `config`."""
     found = sorted(folder.glob(f"{config}-bench*.json"))
     if len(found) != 1:
         raise FileNotFoundError(f"{folder}: expected one `{config}-bench*.json` of a finished `stz bench` run, "
                                 f"found {[p.name for p in found]}")
-    request = json.loads(found[0].read_text())["request"]
+    table = json.loads(found[0].read_text())
+    request = table["request"]
     request["thresholds"] = tuple(request["thresholds"])
-    return BenchRequest(**request)
+    return BenchRequest(**request), set(table["models"])
 
 
 def column_differences(zoo: Zoo, folder: Path, pairs: list[tuple[str, str]]) -> list[str]:
     """One line per pair and tau column: `a minus b` with its paired 95% interval and whether it holds 0."""
-    request = finished_request(folder, zoo.config)
+    request, models = finished_run(folder, zoo.config)
+    if missing := sorted({name for pair in pairs for name in pair} - models):
+        raise ValueError(f"{folder}: no model {missing[0]!r} in its run; it has {sorted(models)}")
     store = bench_store(zoo, request, folder)
     if not store.finished:
         raise FileNotFoundError(f"{folder}: no finished run's fits for `{zoo.config}` (a stopped run, or none); "
@@ -50,8 +54,6 @@ def column_differences(zoo: Zoo, folder: Path, pairs: list[tuple[str, str]]) -> 
         report = run_bench(zoo, request, Path(scratch)).report
     lines = []
     for a, b in pairs:
-        for missing in {a, b} - set(report.cells):
-            raise ValueError(f"{folder}: no model {missing!r} in its run; it has {sorted(report.cells)}")
         for column in (c for c in report.columns if c.startswith("tau")):
             x, y = report.cells[a][column], report.cells[b][column]
             d = paired_difference(x.values, y.values, x.estimate, y.estimate)
@@ -76,7 +78,11 @@ def main() -> None:
     pairs = [tuple(p.split(":", 1)) for p in args.pairs]
     if any(len(p) != 2 for p in pairs):
         sys.exit(f"--pairs: each pair is A:B, got {args.pairs}")
-    print("\n".join(column_differences(Zoo.open(args.root, args.config), args.folder, pairs)))
+    try:
+        lines = column_differences(Zoo.open(args.root, args.config), args.folder, pairs)
+    except (FileNotFoundError, ValueError) as error:
+        sys.exit(f"bench_differences: {error}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
