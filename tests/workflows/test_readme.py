@@ -20,7 +20,6 @@ from small_transformer_zoo.cli import main
 from small_transformer_zoo.store.local_index import DEFAULT_REPO_ID
 from small_transformer_zoo.testing import HubServer
 from tests.helpers import PROJECT, hub_dataset, shared_data
-from tests.returned_heap import return_freed_heap
 
 README = (PROJECT / "README.md").read_text()
 EXAMPLES = re.findall(r"```python\n(.*?)```", README, flags=re.S)
@@ -141,8 +140,8 @@ def _cut_down(line: str, here: Path) -> list[str] | str:
         return [a if a != "zoos" else "built" for a in argv] + ([] if "--dry-run" in argv else ["--dry-run"])
     if command == "merge":  # two real shards of `tiny`, joined
         for index in range(2):
-            assert main(["build", "--task", "mnist", "--preset", "tiny", "--out", f"shards/{index}", "--num-shards", "2",
-                         "--shard-index", str(index), "--no-progress"]) == 0
+            assert run_as_a_command(["build", "--task", "mnist", "--preset", "tiny", "--out", f"shards/{index}",
+                                     "--num-shards", "2", "--shard-index", str(index), "--no-progress"], here) == 0
         return ["merge", "merged", *sorted(str(p) for p in (here / "shards").iterdir()), "--task", "mnist", "--preset",
                 "tiny"]
     argv = [a if a != "zoos" else "stz-out" for a in argv]
@@ -197,11 +196,8 @@ def _readme_hub(here: Path, hub: HubServer) -> None:
 
 
 def run_every_line(here: Path) -> dict[str, list[str] | dict[str, str]]:
-    """Run every README command line in `here`, cut down (`_cut_down`): the lines run, and those that cannot run
-    here with the reason. Runs in a process of its own (the test below), so the suite keeps none of its memory."""
-    from builders.grid import PRESETS
-
-    PRESETS["mini"] = replace(PRESETS["mini"], **CUT_MINI)
+    """Run every README command line in `here`, cut down (`_cut_down`), each in a process of its own: the lines
+    run, and those that cannot run here with the reason."""
     ran, not_here = [], {}
     lines = list(dict.fromkeys(_command_lines()))
     for line in sorted(lines, key=lambda line: shlex_first(line) != "quickstart"):  # the README's zoo first
@@ -209,26 +205,36 @@ def run_every_line(here: Path) -> dict[str, list[str] | dict[str, str]]:
         if isinstance(argv, str):
             not_here[line] = argv
             continue
-        assert main(argv) == 0, f"README: {line}\n ran as: stz {' '.join(argv)}"
+        assert run_as_a_command(argv, here) == 0, f"README: {line}\n ran as: stz {' '.join(argv)}"
         ran.append(line)
-        return_freed_heap()  # each line's peak is its own, not the sum of what earlier lines' libraries kept
     return {"ran": ran, "not_here": not_here}
+
+
+def run_as_a_command(argv: list[str], here: Path) -> int:
+    """`stz argv` in a fresh interpreter in `here`, as a shell runs a README line: what the line imports, caches or
+    leaves on the heap ends with it, so its peak memory is its own (the largest, a `stz bench` ablation line,
+    about 1.4 GiB), never added to the suite's. `mini` is cut down there (`stz_cut_down`)."""
+    script = "import json, sys; from tests.workflows.test_readme import stz_cut_down; " \
+             "sys.exit(stz_cut_down(json.loads(sys.argv[1])))"
+    return subprocess.run([sys.executable, "-c", script, json.dumps(argv)], cwd=here,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT)}).returncode
+
+
+def stz_cut_down(argv: list[str]) -> int:
+    """`stz argv` with the `mini` preset cut down to `CUT_MINI`."""
+    from builders.grid import PRESETS
+
+    PRESETS["mini"] = replace(PRESETS["mini"], **CUT_MINI)
+    return main(argv)
 
 
 @pytest.mark.slow
 def test_every_readme_command_line_runs(tmp_path: Path, hub: HubServer, stz_home: Path) -> None:
     """Every `stz` command line of the README runs, in README order within each kind, cut down where it is
-    expensive (`_cut_down`); only the GPU lines do not run here, and they are named. The lines run in a process
-    of their own (it peaked at 1.82 GiB, in a `stz bench` ablation line), against this suite's loopback Hub and
-    STZ_HOME."""
+    expensive (`_cut_down`); only the GPU lines do not run here, and they are named. Each line runs in a process of
+    its own (`run_as_a_command`), against this suite's loopback Hub and STZ_HOME."""
     _readme_hub(tmp_path, hub)
-    script = ("import json, sys; from pathlib import Path; from tests.workflows.test_readme import run_every_line; "
-              "Path(sys.argv[2]).write_text(json.dumps(run_every_line(Path(sys.argv[1]))))")
-    result_file = tmp_path / "readme-lines.json"
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(result_file)], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(PROJECT)}, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(result_file.read_text())
+    result = run_every_line(tmp_path)
     ran, not_here = result["ran"], result["not_here"]
     assert set(not_here.values()) <= {GPU_ONLY, "needs dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"}
     assert len([v for v in not_here.values() if v == GPU_ONLY]) == 2, not_here
