@@ -22,8 +22,9 @@ the zoos' figures, its interval from resampling each zoo's test runs (a stratifi
 runs). `run` and `interfaces` hold the same test runs, so the loss to the randomised interfaces is paired too. A
 difference whose interval holds 0 is "not decided", with the test runs that would decide it if the difference
 stayed as measured. Results land under OUT/<config>/<condition>/ as `stz bench` writes them, with a `scores.json`
-of the resampled figures and each model's fit seconds; a scored condition is read back, not trained again
-(`--fresh` trains it again), a stopped run resumes its finished fits, and `--render` trains nothing.
+of the resampled figures and each model's fit seconds; a condition scored with every model asked for is read back,
+not trained again (one that lacks a model asked for trains again with those asked for and those it holds; `--fresh`
+trains it again), a stopped run resumes its finished fits, and `--render` trains nothing.
 """
 
 from __future__ import annotations
@@ -69,8 +70,22 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str]]:
 
 
 def chosen_models(args: argparse.Namespace) -> list[str]:
-    """The models a condition trains: `--models`, else all of MODELS (the paper recipe only with `--paper-recipe`)."""
+    """The models asked for: `--models`, else all of MODELS (the paper recipe only with `--paper-recipe`)."""
     return args.models or [m for m in MODELS if args.paper_recipe or m != "transformer_nfn_paper"]
+
+
+def models_to_train(stored: dict | None, condition: str, args: argparse.Namespace) -> list[str]:
+    """The models a condition trains now: none when only rendering, when the condition is not among
+    `--conditions`, or when its stored scores hold every model asked for; else those asked for together with those
+    it already holds (all trained again in one run, so the condition's fits stay one run and nothing scored is
+    lost). `--fresh` trains what is asked for, whatever is stored."""
+    if args.render or (args.conditions and condition not in args.conditions):
+        return []
+    asked = chosen_models(args)
+    if stored is None or args.fresh:
+        return asked
+    held = set(stored["models"])
+    return [] if held >= set(asked) else [m for m in MODELS if m in held or m in asked]
 
 
 def protocol_accuracies(zoo: Zoo) -> tuple[int, np.ndarray]:
@@ -91,10 +106,12 @@ def quality(zoo: Zoo) -> dict[str, float]:
             "below_cutoff": float(np.mean(accuracy < CUTOFF)), "above_half": float(np.mean(accuracy > 0.5))}
 
 
-def run_condition(root: str, config: str, condition: str, out: Path, args: argparse.Namespace) -> dict:
-    """One (zoo, condition): the benchmark, its near-clone census and every model's resampled tau, stored."""
+def run_condition(root: str, config: str, condition: str, out: Path, args: argparse.Namespace,
+                  models: list[str]) -> dict:
+    """One (zoo, condition): the benchmark of `models`, its near-clone census and every model's resampled tau,
+    stored."""
     zoo = Zoo.open(root, config)
-    request = BenchRequest(models=chosen_models(args), seeds=args.seeds, epochs=args.epochs, protocol="paper",
+    request = BenchRequest(models=models, seeds=args.seeds, epochs=args.epochs, protocol="paper",
                            thresholds=(), **CONDITIONS[condition])
     data = read_bench_data(zoo, request.data_selection())
     distances = nearest_distances(data.splits["test"].params, data.splits["train"].params)
@@ -296,10 +313,12 @@ def main() -> None:
     table = {}
     for _, config, condition in plan(args):
         folder = out / config / condition
-        if (folder / "scores.json").is_file() and not args.fresh:
-            table[(config, condition)] = json.loads((folder / "scores.json").read_text())
-        elif not args.render and (not args.conditions or condition in args.conditions):
-            table[(config, condition)] = run_condition(args.root, config, condition, folder, args)
+        stored = json.loads((folder / "scores.json").read_text()) if (folder / "scores.json").is_file() else None
+        models = models_to_train(stored, condition, args)
+        if models:
+            table[(config, condition)] = run_condition(args.root, config, condition, folder, args, models)
+        elif stored is not None:
+            table[(config, condition)] = stored
     shared = [c for c in args.shared if (c, "run") in table]
     print(f"\n{args.seeds} seeds per model, a fit's cost the training seconds of all its seeds; tau over each "
           f"condition's test runs (paper protocol), 95% intervals from 1,000 bootstrap resamples of the test runs.\n")

@@ -1,6 +1,8 @@
 """The seeding experiment's tables from stored scores: a model shown only where it was trained, the shared zoos
 pooled, and a gap compared between zoos without pairing."""
 
+import argparse
+
 import numpy as np
 import pytest
 
@@ -40,3 +42,19 @@ def test_tables_show_untrained_models_pool_shared_zoos_and_compare_gaps_between_
                                  [table[("per-run", "run")]], "statnn", "hyperparameters")
     assert gap["estimate"] == pytest.approx((0.76 - 0.6) - (0.75 - 0.55))
     assert gap["low"] < gap["estimate"] < gap["high"]
+
+
+
+def test_a_scored_condition_trains_again_only_for_a_model_it_lacks_and_keeps_what_it_holds(experiment) -> None:
+    def args(models: list[str], **flags: bool):
+        return argparse.Namespace(**{"models": models, "paper_recipe": False, "render": False,
+                                                "fresh": False, "conditions": ["run"], **flags})
+
+    stored = scores(np.random.default_rng(0), {"transformer_nfn": 0.8, "statnn": 0.7})
+    train = experiment.models_to_train
+    assert train(stored, "run", args(["statnn"])) == []
+    assert train(stored, "run", args(["statnn_probe", "statnn"])) == ["transformer_nfn", "statnn", "statnn_probe"]
+    assert train(None, "run", args(["statnn_probe"])) == ["statnn_probe"]
+    assert train(stored, "interfaces", args(["statnn_probe"])) == []
+    assert train(stored, "run", args(["statnn_probe"], render=True)) == []
+    assert train(stored, "run", args(["statnn"], fresh=True)) == ["statnn"]
