@@ -119,15 +119,45 @@ def _gap(a: dict | None, b: dict | None, model: str, reference: str) -> str:
     return f"{figure(d, '+')}: {runs_to_decide(d, runs)}"
 
 
+def plot(cells: dict[tuple[str, str], dict], path: Path) -> Path:
+    """Each model pair's paired difference in every zoo: one panel per pair, the regimes along x, one bar per
+    seeding, 95% intervals over the zoo's test runs as error bars."""
+    from small_transformer_zoo.plots import new_figure, save_figure
+
+    regimes = list(dict.fromkeys(r for r, _ in cells))
+    seedings = list(dict.fromkeys(s for _, s in cells))
+    pairs = [(a, b) for a, b in PAIRS if any(trained([s], a) and trained([s], b) for s in cells.values())]
+    figure_, axes = new_figure(1, len(pairs), (3.4 * len(pairs), 3.6))
+    width = 0.8 / len(seedings)
+    for axis, (a, b) in zip(np.ravel(axes), pairs):
+        for k, seeding in enumerate(seedings):
+            shown = [(i, cells[(r, seeding)]) for i, r in enumerate(regimes) if (r, seeding) in cells
+                     and trained([cells[(r, seeding)]], a) and trained([cells[(r, seeding)]], b)]
+            ds = [difference([s], a, [s], b) for _, s in shown]
+            axis.bar([i + (k - (len(seedings) - 1) / 2) * width for i, _ in shown], [d["estimate"] for d in ds],
+                     width, yerr=[[d["estimate"] - d["low"] for d in ds], [d["high"] - d["estimate"] for d in ds]],
+                     capsize=2, color=f"C{k}", label=seeding)
+        axis.set_xticks(range(len(regimes)))
+        axis.set_xticklabels(regimes)
+        axis.axhline(0, color="black", linewidth=0.5)
+        axis.set_title(f"{a} minus {b}", fontsize=8)
+    np.ravel(axes)[0].set_ylabel("difference in Kendall's tau (95% interval)")
+    np.ravel(axes)[0].legend(fontsize=7)
+    return save_figure(figure_, "Paired differences per zoo: regime against seeding", path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root")
     parser.add_argument("--cell", nargs=3, action="append", required=True, metavar=("REGIME", "SEEDING", "DIR"),
                         help="a zoo's seeding_experiment.py folder (one condition) and its place in the table")
+    parser.add_argument("--plot", help="also draw every pair's difference per zoo to this PNG")
     args = parser.parse_args()
     cells = read_cells(args.cell)
     print(zoo_table(args.root, cells) + "\n")
     print(difference_tables(cells))
+    if args.plot:
+        print(f"wrote {plot(cells, Path(args.plot))}")
 
 
 if __name__ == "__main__":

@@ -62,3 +62,15 @@ def test_a_cell_given_twice_takes_both_folders_models_of_one_zoo_only(experiment
         experiment.read_cells(first + other)
     with pytest.raises(SystemExit, match="no scores here"):
         experiment.read_cells([["trained", "per-run", str(tmp_path)]])
+
+
+def test_the_plot_draws_every_pair_trained_in_some_zoo(experiment, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    written = {("families", "per-run"): scores(rng, "f", {"transformer_nfn": 0.47, "statnn": 0.74}),
+               ("trained", "shared"): scores(rng, "ts", {"transformer_nfn": 0.60, "statnn": 0.60, "probegen": 0.7})}
+    path = experiment.plot(experiment.read_cells(write_cells(tmp_path, written)), tmp_path / "figure.png")
+    from PIL import Image
+
+    with Image.open(path) as image:
+        width, height = image.size
+    assert image.format == "PNG" and width > 1.5 * height  # two panels (NFN and ProbeGen against STATNN); one is narrower than tall
