@@ -24,14 +24,9 @@ def _malloc_trim() -> object | None:
 _TRIM = _malloc_trim()
 
 
-def return_freed_heap() -> None:
-    """Collect garbage, then hand the heap's free pages back to the operating system (where glibc can)."""
-    gc.collect()
-    if _TRIM is not None:
-        _TRIM(0)
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
-    return_freed_heap()
+    if _TRIM is not None:
+        gc.collect()
+        _TRIM(0)
