@@ -31,6 +31,7 @@ def _bench(args: argparse.Namespace) -> int:
     from small_transformer_zoo.plots import plot_accuracy_histogram
 
     from .bench.progress import BenchProgress
+    from .bench.request import fixed_recipe_notes
     from .bench.runs import BenchRequest, bench_store, run_bench
     from .leaderboard.scoring import add_result, load_leaderboard, results_path, score_submission
 
@@ -49,6 +50,8 @@ def _bench(args: argparse.Namespace) -> int:
         load_leaderboard(args.leaderboard)
     zoo = _bench_zoo(args)
     print(f"zoo: {zoo.dir}", file=sys.stderr)
+    for note in fixed_recipe_notes(models, request.epochs, request.tune):
+        print(note, file=sys.stderr)
     out = Path(args.out) if args.out else (Path(args.root) / "bench" if Path(args.root).is_dir() else
                                            Path("stz-out") / "bench")
     fits = request.fit_count(zoo.spec)
@@ -239,7 +242,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     _add_selection_arguments(bench, "the checkpoints trained and scored on")
     bench.add_argument("--seeds", type=bounded(int, 1), default=5, help="seeds per model (default: 5)")
     bench.add_argument("--epochs", type=bounded(int, 1), default=30,
-                       help="epochs for the neural models (default: 30)")
+                       help="epochs for the neural models (default: 30); a model with a fixed recipe, such as "
+                            "--recipe paper's, trains its own")
     bench.add_argument("--tune", action="store_true",
                        help="search learning rate, weight decay and epochs of every neural model on validation "
                             "(4 trials, the same for every model); the untuned table is printed too")

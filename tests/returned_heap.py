@@ -1,32 +1,50 @@
-"""After each test, the heap it freed goes back to the operating system, so the suite's peak memory is its largest
-test's, not the sum of what native libraries keep. glibc keeps freed memory for reuse: one LightGBM fit's
-histogram pool (about 1.2 GB on 18,506 features) otherwise stays in the suite's process for every later test."""
+"""The suite's memory stays that of its largest test, not the sum of what native libraries keep.
+
+glibc keeps freed memory for reuse, which costs this long-lived process in two ways:
+- After each test, the heap it freed goes back to the operating system (`malloc_trim`). One LightGBM fit's
+  histogram pool (about 1.2 GB on 18,506 features) otherwise stays for every later test.
+- Blocks of 1 MiB and more are mapped on their own and unmapped when freed. By default glibc raises that
+  threshold each time such a block is freed (up to 32 MiB), after which tensors of a few MiB come from the heap and
+  leave it fragmented: what a test frees between live blocks cannot go back. Measured on the builder's tests (39 of
+  them in one process): 513 MiB of anonymous memory held after them with the default, 354 MiB with the threshold
+  fixed; on the whole suite, the process's peak went from 1,558 to 1,207 MiB. The price is system time for the
+  fresh pages of each large block (383 s against 145 s over the suite). Subprocesses the tests start get the same
+  setting through `MALLOC_MMAP_THRESHOLD_`.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
 
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 
-def _malloc_trim() -> object | None:
-    """glibc's `malloc_trim`, or None where the C library has none (macOS, musl)."""
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (it has `malloc_trim`), else None (macOS, musl)."""
     name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
+        libc = ctypes.CDLL(name) if name else None
+        return libc if libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
         return None
 
 
-_TRIM = _malloc_trim()
+_LIBC = _glibc()
+if _LIBC is not None:
+    _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(MMAP_THRESHOLD))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
-    if _TRIM is not None:
+    if _LIBC is not None:
         gc.collect()
-        _TRIM(0)
+        _LIBC.malloc_trim(0)

@@ -60,6 +60,19 @@ def expected_epochs(model: ModelSpec, epochs: int, seeds: int, tune: bool) -> in
     return sum(per) * seeds
 
 
+def fixed_recipe_notes(models: list[str], epochs: int, tune: bool) -> list[str]:
+    """One line for each named model that trains a fixed recipe, which `--epochs` (and `--tune`) do not change,
+    where the run asks for something else: a quick run with `--epochs 1` would otherwise wait for the recipe's."""
+    notes = []
+    for name in dict.fromkeys(models):
+        recipe = get_predictor(name).training
+        if recipe and (tune or int(recipe.get("epochs", epochs)) != epochs):
+            settings = ", ".join(f"{key} {value:g}" for key, value in recipe.items())
+            asked = "--epochs and --tune say" if tune else "--epochs says"
+            notes.append(f"{name} trains its fixed recipe ({settings}), whatever {asked}")
+    return notes
+
+
 def tuning_trials(epochs: int) -> list[dict[str, Any]]:
     """The declared search of `--tune`, the same for every neural model: learning rate, weight decay and epochs.
     The first trial is the untuned default."""

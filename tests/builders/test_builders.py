@@ -327,6 +327,7 @@ def test_sharded_build_merges_to_the_same_zoo(tiny_build: Path, tmp_path: Path) 
     assert first.keys() == merged.keys() and all(torch.equal(first[k], merged[k]) for k in first)
 
 
+@pytest.mark.slow
 def test_one_group_at_a_time_on_every_core_makes_the_same_zoo(tiny_build: Path, tmp_path: Path) -> None:
     """The default trains one group per core, one thread each; one group on all cores gives the same weights."""
     build_zoo("mnist", "tiny", tmp_path / "serial", progress=False, workers=1, log=quiet)

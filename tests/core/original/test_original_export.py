@@ -47,7 +47,7 @@ def _rows(zoo: Zoo) -> dict[tuple[str, str], tuple[dict, torch.Tensor]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["mnist", "agnews", "synthetic"])
+@pytest.mark.parametrize("name", [pytest.param("mnist", marks=pytest.mark.slow), "agnews", "synthetic"])
 def test_export_then_import_gives_the_same_weights_labels_and_hyperparameters(zoos, tmp_path: Path,
                                                                                name: str) -> None:
     root, config = zoos[name]

@@ -12,7 +12,7 @@ import torch
 from nfn_baselines.models.baselines import FlatPredictor, statistics
 from nfn_baselines.bench.data import load_bench_data
 from nfn_baselines.bench.benchmark import run_benchmark
-from nfn_baselines.bench.request import model_specs, tuning_trials
+from nfn_baselines.bench.request import fixed_recipe_notes, model_specs, tuning_trials
 from nfn_baselines.bench.runs import BenchRequest, run_bench
 from nfn_baselines.cli import register  # noqa: F401  (the subcommand module imports cleanly)
 from nfn_baselines.leaderboard.scoring import load_leaderboard, score_submission
@@ -250,6 +250,23 @@ def test_tuning_searches_the_same_trials_for_every_model(learnable_zoo: Path) ->
         chosen = result.fits[(model, "all")][0].trial
         assert chosen in tuning_trials(2)
         assert result.untuned[(model, "all")][0].trial == tuning_trials(2)[0]
+
+
+def test_a_fixed_recipe_that_ignores_epochs_and_tune_says_so() -> None:
+    """`--recipe paper --epochs 1` trains the paper's epochs: the run says so before it trains, naming the recipe's
+    settings as the registry has them; models without a recipe, or a run that asks for the recipe's own epochs,
+    get no note."""
+    from nfn_baselines.models.predictors import PREDICTORS
+
+    fixed = [name for name, p in PREDICTORS.items() if p.training]
+    assert "transformer_nfn_paper" in fixed
+    recipe = PREDICTORS["transformer_nfn_paper"].training
+    [note] = fixed_recipe_notes(["statnn", "transformer_nfn_paper", "transformer_nfn_paper"], 1, tune=False)
+    assert note.startswith("transformer_nfn_paper trains its fixed recipe") and f"epochs {recipe['epochs']}" in note
+    assert fixed_recipe_notes(["statnn", "transformer_nfn"], 1, tune=True) == []
+    assert fixed_recipe_notes(["transformer_nfn_paper"], int(recipe["epochs"]), tune=False) == []
+    [tuned] = fixed_recipe_notes(["transformer_nfn_paper"], int(recipe["epochs"]), tune=True)
+    assert tuned.endswith("whatever --epochs and --tune say")
 
 
 def test_a_tuned_benchmark_with_trees_and_floors_scores_its_untuned_table(learnable_zoo: Path) -> None:
