@@ -212,8 +212,8 @@ def run_every_line(here: Path) -> dict[str, list[str] | dict[str, str]]:
 
 def run_as_a_command(argv: list[str], here: Path) -> int:
     """`stz argv` in a fresh interpreter in `here`, as a shell runs a README line: what the line imports, caches or
-    leaves on the heap ends with it, so its peak memory is its own (the largest, a `stz bench` ablation line,
-    about 1.4 GiB), never added to the suite's. `mini` is cut down there (`stz_cut_down`)."""
+    leaves on the heap ends with it, so its peak memory is its own (the largest, a `stz bench` line,
+    about 1.3 GiB), never added to the suite's. `mini` is cut down there (`stz_cut_down`)."""
     script = "import json, sys; from tests.workflows.test_readme import stz_cut_down; " \
              "sys.exit(stz_cut_down(json.loads(sys.argv[1])))"
     return subprocess.run([sys.executable, "-c", script, json.dumps(argv)], cwd=here,
