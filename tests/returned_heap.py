@@ -31,9 +31,9 @@ def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
-        return libc if libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
     except OSError:
         return None
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
 
 
 _LIBC = _glibc()
