@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from builders.batched import GroupDropout, batched_logits, packed_views
+from builders.batched import GroupDropout, VectorizedOptimizer, batched_logits, packed_views
 from builders.parts import load_part, save_part
 from builders.request import load_task_data
 from builders.data import load_idx_folder, parse_idx
@@ -82,6 +82,31 @@ def test_vectorized_training_matches_one_model_at_a_time(small_data, optimizer: 
         difference = (together - packed).abs()
         assert difference.median() < 1e-7 and (difference > 1e-6).float().mean() < 1e-2, difference.max()
         assert difference.max() < (1e-5 if optimizer.startswith("sgd") else 3 * run.learning_rate)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_an_optimizer_update_does_not_depend_on_an_idle_model_beside_it(optimizer: str) -> None:
+    """A model's update is the same bits whether every model of its group steps or one beside it does not, and the
+    one that does not step keeps its weights."""
+    generator = torch.Generator().manual_seed(7)
+    weights, grads = torch.randn(3, 40, generator=generator), torch.randn(5, 3, 40, generator=generator)
+    l2, lr = torch.tensor([1e-4, 0.0, 1e-3]), torch.tensor([1e-3, 2e-2, 5e-4])
+
+    def trained(models: int, active: torch.Tensor) -> VectorizedOptimizer:
+        params = weights[:models].clone().requires_grad_()
+        update = VectorizedOptimizer(optimizer, params, l2[:models])
+        for grad in grads:
+            params.grad = grad[:models].clone()
+            update.step(lr[:models], active)
+        return update
+
+    everyone = trained(2, torch.tensor([True, True]))
+    beside_idle = trained(3, torch.tensor([True, True, False]))
+    assert torch.equal(everyone.params[:2], beside_idle.params[:2])
+    assert torch.equal(beside_idle.params[2], weights[2])
+    assert not torch.equal(everyone.params, weights[:2])
+    for name, state in everyone.state.items():
+        assert torch.equal(state, beside_idle.state[name][:2]), name
 
 
 def test_group_dropout_rates_scaling_and_own_streams() -> None:
