@@ -182,7 +182,8 @@ def main() -> None:
     rate = args.runs * args.steps * BATCH * training_flops_per_sample(mnist_spec()) / base / 1e9
     peak = matmul_gflops(torch.device("cpu"), torch.float32)
     matmuls, attention_share = shares_of(shares, MATMULS), shares_of(shares, ATTENTION)
-    print(f"the step: {rate:.1f} GFLOP/s, {rate / peak:.1%} of one thread's float32 matmul 2048x2048 ({peak:.1f} GFLOP/s)")
+    print(f"the step: {rate:.1f} GFLOP/s, {rate / peak:.1%} of one thread's float32 matmul 2048x2048 "
+          f"({peak:.1f} GFLOP/s)")
     print(f"  with only its matmuls ({matmuls:.1%} of the time) left: {rate / matmuls / peak:.1%} of matmul")
     print(f"  with only its matmuls and attention ({matmuls + attention_share:.1%}) left: "
           f"{rate / (matmuls + attention_share) / peak:.1%} of matmul")
