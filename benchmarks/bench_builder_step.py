@@ -35,15 +35,13 @@ from common import PROJECT  # noqa: F401  (sets up the import path)
 from bench_builders import matmul_gflops
 from builders.batched import batched_logits, packed_views
 from builders.grid import PRESETS, preset_runs
+from builders.plan import training_flops_per_sample
 from builders.request import load_task_data
 from builders.tasks import get_task
-from builders.plan import training_flops_per_sample
 from builders.trainer import EpochTotals, GroupTraining, Recipe
 from small_transformer_zoo.format.architecture import mnist_spec
 
 BATCH = 16
-
-
 MATMULS = ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm")
 ATTENTION = ("aten::_scaled_dot_product_flash_attention_for_cpu",
              "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
